@@ -1,0 +1,75 @@
+# mccr — make targets. `make demo` and `make test` are the two a newcomer needs.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+GO ?= go
+K8S_VERSION ?= 1.37.1
+# Where the kube-apiserver and etcd binaries built from Go modules are cached.
+KUBEBINS_DIR ?= $(CURDIR)/bin/k8s/$(K8S_VERSION)-$(shell $(GO) env GOOS)-$(shell $(GO) env GOARCH)
+
+# Honour a KUBEBUILDER_ASSETS that already holds usable binaries; otherwise use
+# (and build when missing) our cache.
+ifeq ($(and $(KUBEBUILDER_ASSETS),$(wildcard $(KUBEBUILDER_ASSETS)/kube-apiserver),$(wildcard $(KUBEBUILDER_ASSETS)/etcd)),)
+ASSETS := $(KUBEBINS_DIR)
+ASSETS_DEP := $(KUBEBINS_DIR)/kube-apiserver $(KUBEBINS_DIR)/etcd
+else
+ASSETS := $(KUBEBUILDER_ASSETS)
+ASSETS_DEP :=
+endif
+export KUBEBUILDER_ASSETS := $(ASSETS)
+
+TEST_TIMEOUT ?= 40m
+TEST_FLAGS ?=
+# Each test package starts its own fleet of API servers; keep at most two
+# packages (each with its fleet) running at once on a small machine.
+TEST_P ?= 2
+
+.PHONY: all
+all: build
+
+.PHONY: help
+help: ## Show targets.
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+.PHONY: build
+build: ## Compile every package and sample.
+	$(GO) build ./...
+
+.PHONY: kubebins
+kubebins: $(ASSETS_DEP) ## Build kube-apiserver and etcd from Go modules (cached in bin/k8s).
+	@echo "KUBEBUILDER_ASSETS=$(ASSETS)"
+
+# Both binaries come from one wrapper module (hack/kubebins) whose replace
+# directives never reach the library's go.mod. Built into a temp dir and moved
+# into place, so an interrupted build never leaves a half-written binary cached.
+$(KUBEBINS_DIR)/kube-apiserver $(KUBEBINS_DIR)/etcd &:
+	@echo ">> building kube-apiserver v$(K8S_VERSION) and etcd from Go modules (first run only, ~5 min on 2 cores)"
+	@mkdir -p $(KUBEBINS_DIR)
+	@tmp=$$(mktemp -d $(KUBEBINS_DIR)/.build.XXXXXX); \
+	cd hack/kubebins && \
+	CGO_ENABLED=0 $(GO) build -trimpath -o $$tmp/ \
+		-ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$(K8S_VERSION) -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37" \
+		k8s.io/kubernetes/cmd/kube-apiserver go.etcd.io/etcd/server/v3 && \
+	mv $$tmp/server $$tmp/etcd && \
+	mv $$tmp/kube-apiserver $$tmp/etcd $(KUBEBINS_DIR)/ && rmdir $$tmp
+
+.PHONY: vet
+vet: ## go vet the library.
+	$(GO) vet ./...
+
+.PHONY: lint
+lint: vet ## gofmt check + vet.
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+.PHONY: test
+test: $(ASSETS_DEP) lint ## Build API-server binaries if missing, then vet and run every test with -race.
+	$(GO) test -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+
+.PHONY: test-short
+test-short: $(ASSETS_DEP) ## Quick run: skips the slow fault/scale parts.
+	$(GO) test -race -short -p $(TEST_P) ./...
+
+.PHONY: clean
+clean: ## Remove built binaries.
+	rm -rf bin

@@ -1,0 +1,135 @@
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	"k8s.io/client-go/rest"
+)
+
+// NamedConfig is one cluster of the fleet: its name, how to reach it, and
+// where that knowledge came from.
+type NamedConfig struct {
+	// Name identifies the cluster within a Server. It is what reconcilers see
+	// in their context and what the fan-out client routes by.
+	Name string
+
+	// Config is how to reach the cluster's API server.
+	Config *rest.Config
+
+	// Source says where the config came from, for error messages and logs.
+	// It plays no part in Fingerprint.
+	Source Source
+}
+
+// Source tells where a NamedConfig came from. At most one of its forms is
+// set: a kubeconfig File and Context, or an Object reference such as
+// "KubeFedCluster kube-federation-system/member-1".
+type Source struct {
+	File    string
+	Context string
+	Object  string
+}
+
+// String renders the source for messages: "file /x/kubeconfig, context a",
+// "KubeFedCluster ns/name", or "" when nothing is known.
+func (s Source) String() string {
+	switch {
+	case s.File != "" && s.Context != "":
+		return fmt.Sprintf("file %s, context %s", s.File, s.Context)
+	case s.File != "":
+		return "file " + s.File
+	case s.Object != "":
+		return s.Object
+	}
+	return ""
+}
+
+// NewNamedConfig names cfg. The config is used as given (not copied).
+func NewNamedConfig(name string, cfg *rest.Config) *NamedConfig {
+	return &NamedConfig{Name: name, Config: cfg}
+}
+
+// String names the cluster and its source. It never includes credentials.
+func (c *NamedConfig) String() string {
+	if c == nil {
+		return "<nil>"
+	}
+	if src := c.Source.String(); src != "" {
+		return fmt.Sprintf("%s (%s)", c.Name, src)
+	}
+	return c.Name
+}
+
+// Fingerprint returns a digest of everything in the config that decides how
+// the cluster is reached: name, endpoint, credentials, TLS settings, proxy
+// URL, rate limits. Two NamedConfigs with the same Fingerprint reach the same
+// cluster the same way, so "the same config again" can be told apart from a
+// change even though *rest.Config values (with their func fields) never
+// compare equal by pointer or reflect.DeepEqual.
+//
+// Func-valued fields (Dial, WrapTransport, Proxy, …) cannot be compared; only
+// whether they are set counts. The digest is one-way: it does not reveal the
+// credentials it covers.
+func (c *NamedConfig) Fingerprint() string {
+	h := sha256.New()
+	enc := json.NewEncoder(h)
+	_ = enc.Encode(c.Name)
+	if c.Config != nil {
+		_ = enc.Encode(fingerprintFields(c.Config))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// fingerprintFields lists what Fingerprint covers. A field added to
+// rest.Config that changes how a cluster is reached belongs here.
+func fingerprintFields(cfg *rest.Config) any {
+	tls := cfg.TLSClientConfig
+	var proxyURL string
+	if cfg.Proxy != nil {
+		// The usual Proxy is http.ProxyURL(u); ask it for a fixed request so
+		// that a changed proxy address counts as a change.
+		proxyURL = proxyFor(cfg)
+	}
+	return struct {
+		Host, APIPath, UserAgent                string
+		ContentType, AcceptContentTypes         string
+		Username, Password                      string
+		BearerToken, BearerTokenFile            string
+		Impersonate                             rest.ImpersonationConfig
+		AuthProvider                            any
+		ExecProvider                            any
+		Insecure                                bool
+		ServerName, CertFile, KeyFile, CAFile   string
+		CertData, KeyData, CAData               []byte
+		NextProtos                              []string
+		DisableCompression                      bool
+		QPS                                     float32
+		Burst                                   int
+		Timeout                                 int64
+		Proxy                                   string
+		HasDial, HasWrapTransport, HasTransport bool
+		HasRateLimiter, HasWarnHandler          bool
+	}{
+		cfg.Host, cfg.APIPath, cfg.UserAgent,
+		cfg.ContentType, cfg.AcceptContentTypes,
+		cfg.Username, cfg.Password,
+		cfg.BearerToken, cfg.BearerTokenFile,
+		cfg.Impersonate,
+		cfg.AuthProvider,
+		execFields(cfg.ExecProvider),
+		tls.Insecure,
+		tls.ServerName, tls.CertFile, tls.KeyFile, tls.CAFile,
+		tls.CertData, tls.KeyData, tls.CAData,
+		tls.NextProtos,
+		cfg.DisableCompression,
+		cfg.QPS,
+		cfg.Burst,
+		int64(cfg.Timeout),
+		proxyURL,
+		cfg.Dial != nil, cfg.WrapTransport != nil, cfg.Transport != nil,
+		cfg.RateLimiter != nil, cfg.WarningHandler != nil || cfg.WarningHandlerWithContext != nil,
+	}
+}

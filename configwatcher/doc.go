@@ -1,0 +1,16 @@
+// Package configwatcher feeds a Server the clusters of a fleet as they come
+// and go.
+//
+// A ConfigWatcher turns some source of cluster configs into Added, Updated and
+// Deleted events. Two come with mccr:
+//
+//   - FileWatcher watches a kubeconfig file or a directory of them (a mounted
+//     Secret or ConfigMap, say) and emits one event per context that changed.
+//   - KubeFedWatcher watches KubeFedCluster objects and the Secrets they
+//     reference on a host cluster.
+//
+// Server.Watch applies a watcher's events to a Server; a hand-written loop
+// over Events and Errors, as older multi-cluster libraries required, works
+// too. Any other source (a cluster inventory API, a database) fits behind the
+// same small interface.
+package configwatcher
