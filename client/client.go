@@ -1,0 +1,242 @@
+package client
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	"github.com/mccr-dev/mccr/known"
+)
+
+// Member is one Ready cluster: its name and the client that reaches it.
+type Member struct {
+	Name   string
+	Client crclient.Client
+}
+
+// Fleet is what the fan-out client routes over. A Server provides one;
+// implementations must be safe for concurrent use and cheap to call, since
+// every call through the fan-out client asks it.
+type Fleet interface {
+	// Cluster returns the client of the named cluster, or an error wrapping
+	// ErrClusterNotFound or ErrClusterNotReady.
+	Cluster(name string) (crclient.Client, error)
+	// ReadyClusters returns the Ready clusters sorted by name. Callers must
+	// not modify the slice.
+	ReadyClusters() []Member
+}
+
+// Options configures a fan-out Client.
+type Options struct {
+	// Scheme answers Scheme and GroupVersionKindFor. Required.
+	Scheme *runtime.Scheme
+	// RESTMapper answers RESTMapper and IsObjectNamespaced. Required; mccr
+	// passes the host cluster's mapper (members normally serve the same
+	// kinds; for one member's own view use that member's client).
+	RESTMapper meta.RESTMapper
+}
+
+// Client is a controller-runtime client.Client that sends each call to the
+// cluster named in its ctx, and lists across the fleet when ctx names none.
+// See the package documentation for the rules.
+type Client struct {
+	fleet  Fleet
+	scheme *runtime.Scheme
+	mapper meta.RESTMapper
+}
+
+var _ crclient.Client = &Client{}
+
+// New returns a fan-out client over fleet.
+func New(fleet Fleet, opts Options) *Client {
+	return &Client{fleet: fleet, scheme: opts.Scheme, mapper: opts.RESTMapper}
+}
+
+// For returns the client of the cluster ctx names, or an error wrapping
+// ErrNoClusterInContext, ErrClusterNotFound or ErrClusterNotReady.
+func (c *Client) For(ctx context.Context) (crclient.Client, error) {
+	name, ok := known.ClusterFrom(ctx)
+	if !ok {
+		return nil, ErrNoClusterInContext
+	}
+	return c.fleet.Cluster(name)
+}
+
+// Get reads from the informer cache of the cluster named in ctx.
+func (c *Client) Get(ctx context.Context, key crclient.ObjectKey, obj crclient.Object, opts ...crclient.GetOption) error {
+	cl, err := c.For(ctx)
+	if err != nil {
+		return err
+	}
+	return cl.Get(ctx, key, obj, opts...)
+}
+
+// List lists in the cluster named in ctx; with no cluster in ctx it lists
+// across the fleet (see ListFleet).
+func (c *Client) List(ctx context.Context, list crclient.ObjectList, opts ...crclient.ListOption) error {
+	if name, ok := known.ClusterFrom(ctx); ok {
+		cl, err := c.fleet.Cluster(name)
+		if err != nil {
+			return err
+		}
+		return cl.List(ctx, list, opts...)
+	}
+	return c.listFleet(ctx, list, opts)
+}
+
+// Create creates obj in the cluster named in ctx.
+func (c *Client) Create(ctx context.Context, obj crclient.Object, opts ...crclient.CreateOption) error {
+	cl, err := c.For(ctx)
+	if err != nil {
+		return err
+	}
+	stripClusterAnnotation(obj)
+	return cl.Create(ctx, obj, opts...)
+}
+
+// Delete deletes obj from the cluster named in ctx.
+func (c *Client) Delete(ctx context.Context, obj crclient.Object, opts ...crclient.DeleteOption) error {
+	cl, err := c.For(ctx)
+	if err != nil {
+		return err
+	}
+	return cl.Delete(ctx, obj, opts...)
+}
+
+// Update updates obj in the cluster named in ctx.
+func (c *Client) Update(ctx context.Context, obj crclient.Object, opts ...crclient.UpdateOption) error {
+	cl, err := c.For(ctx)
+	if err != nil {
+		return err
+	}
+	stripClusterAnnotation(obj)
+	return cl.Update(ctx, obj, opts...)
+}
+
+// Patch patches obj in the cluster named in ctx.
+func (c *Client) Patch(ctx context.Context, obj crclient.Object, patch crclient.Patch, opts ...crclient.PatchOption) error {
+	cl, err := c.For(ctx)
+	if err != nil {
+		return err
+	}
+	stripClusterAnnotation(obj)
+	return cl.Patch(ctx, obj, patch, opts...)
+}
+
+// Apply server-side applies obj in the cluster named in ctx.
+func (c *Client) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...crclient.ApplyOption) error {
+	cl, err := c.For(ctx)
+	if err != nil {
+		return err
+	}
+	return cl.Apply(ctx, obj, opts...)
+}
+
+// DeleteAllOf deletes every matching object of obj's kind in the cluster
+// named in ctx. It never spans the fleet.
+func (c *Client) DeleteAllOf(ctx context.Context, obj crclient.Object, opts ...crclient.DeleteAllOfOption) error {
+	cl, err := c.For(ctx)
+	if err != nil {
+		return err
+	}
+	return cl.DeleteAllOf(ctx, obj, opts...)
+}
+
+// Status returns a writer for the status subresource; each call goes to the
+// cluster named in its ctx.
+func (c *Client) Status() crclient.SubResourceWriter {
+	return &subResourceClient{c: c, name: "status"}
+}
+
+// SubResource returns a client for the named subresource; each call goes to
+// the cluster named in its ctx.
+func (c *Client) SubResource(subResource string) crclient.SubResourceClient {
+	return &subResourceClient{c: c, name: subResource}
+}
+
+// Scheme returns the scheme shared by every cluster of the Server.
+func (c *Client) Scheme() *runtime.Scheme { return c.scheme }
+
+// RESTMapper returns the host cluster's REST mapper.
+func (c *Client) RESTMapper() meta.RESTMapper { return c.mapper }
+
+// GroupVersionKindFor looks obj up in the shared scheme (unstructured
+// objects carry their own kind).
+func (c *Client) GroupVersionKindFor(obj runtime.Object) (schema.GroupVersionKind, error) {
+	return apiutil.GVKForObject(obj, c.scheme)
+}
+
+// IsObjectNamespaced asks the host cluster's REST mapper.
+func (c *Client) IsObjectNamespaced(obj runtime.Object) (bool, error) {
+	return apiutil.IsObjectNamespaced(obj, c.scheme, c.mapper)
+}
+
+type subResourceClient struct {
+	c    *Client
+	name string
+}
+
+func (s *subResourceClient) pick(ctx context.Context) (crclient.SubResourceClient, error) {
+	cl, err := s.c.For(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return cl.SubResource(s.name), nil
+}
+
+func (s *subResourceClient) Get(ctx context.Context, obj, subResource crclient.Object, opts ...crclient.SubResourceGetOption) error {
+	cl, err := s.pick(ctx)
+	if err != nil {
+		return err
+	}
+	return cl.Get(ctx, obj, subResource, opts...)
+}
+
+func (s *subResourceClient) Create(ctx context.Context, obj, subResource crclient.Object, opts ...crclient.SubResourceCreateOption) error {
+	cl, err := s.pick(ctx)
+	if err != nil {
+		return err
+	}
+	return cl.Create(ctx, obj, subResource, opts...)
+}
+
+func (s *subResourceClient) Update(ctx context.Context, obj crclient.Object, opts ...crclient.SubResourceUpdateOption) error {
+	cl, err := s.pick(ctx)
+	if err != nil {
+		return err
+	}
+	stripClusterAnnotation(obj)
+	return cl.Update(ctx, obj, opts...)
+}
+
+func (s *subResourceClient) Patch(ctx context.Context, obj crclient.Object, patch crclient.Patch, opts ...crclient.SubResourcePatchOption) error {
+	cl, err := s.pick(ctx)
+	if err != nil {
+		return err
+	}
+	stripClusterAnnotation(obj)
+	return cl.Patch(ctx, obj, patch, opts...)
+}
+
+func (s *subResourceClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...crclient.SubResourceApplyOption) error {
+	cl, err := s.pick(ctx)
+	if err != nil {
+		return err
+	}
+	return cl.Apply(ctx, obj, opts...)
+}
+
+// stripClusterAnnotation removes the annotation a fleet-wide List put on a
+// returned copy, so that writing the copy back never stores it.
+func stripClusterAnnotation(obj crclient.Object) {
+	a := obj.GetAnnotations()
+	if _, ok := a[known.ClusterAnnotation]; !ok {
+		return
+	}
+	delete(a, known.ClusterAnnotation)
+	obj.SetAnnotations(a)
+}

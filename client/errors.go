@@ -1,0 +1,69 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+var (
+	// ErrNoClusterInContext is returned by calls that need one cluster when
+	// ctx names none. Reconcile's ctx always names its cluster; elsewhere,
+	// derive one with known.WithCluster.
+	ErrNoClusterInContext = errors.New("no cluster in context: pick one with known.WithCluster(ctx, name) (the ctx mccr passes to Reconcile already names its cluster)")
+
+	// ErrClusterNotFound: the named cluster is not part of the fleet.
+	ErrClusterNotFound = errors.New("cluster not found")
+
+	// ErrClusterNotReady: the named cluster is part of the fleet but its
+	// caches are not (or no longer) synced; see the Server's status for why.
+	ErrClusterNotReady = errors.New("cluster not ready")
+
+	// ErrFleetPagination: a fleet-wide List cannot page (Limit/Continue);
+	// list one cluster at a time for that.
+	ErrFleetPagination = errors.New("fleet-wide List does not support Limit or Continue: list each cluster with known.WithCluster to page")
+)
+
+// NotFound returns ErrClusterNotFound for the named cluster.
+func NotFound(name string) error {
+	return fmt.Errorf("cluster %q: %w", name, ErrClusterNotFound)
+}
+
+// NotReady returns ErrClusterNotReady for the named cluster.
+func NotReady(name string) error {
+	return fmt.Errorf("cluster %q: %w", name, ErrClusterNotReady)
+}
+
+// ListError reports the clusters a fleet-wide List could not read. The list
+// passed to List still holds the items of every cluster that answered.
+type ListError struct {
+	// Failed maps each cluster that failed to its error.
+	Failed map[string]error
+	// Total is how many clusters the List was aimed at.
+	Total int
+}
+
+func (e *ListError) Error() string {
+	names := slices.Sorted(maps.Keys(e.Failed))
+	var b strings.Builder
+	fmt.Fprintf(&b, "fleet-wide List failed in %d of %d clusters:", len(names), e.Total)
+	for i, n := range names {
+		if i > 0 {
+			b.WriteString(";")
+		}
+		fmt.Fprintf(&b, " cluster %q: %v", n, e.Failed[n])
+	}
+	return b.String()
+}
+
+// Unwrap returns the per-cluster errors, so errors.Is(err,
+// ErrClusterNotReady) and the like see through a ListError.
+func (e *ListError) Unwrap() []error {
+	out := make([]error, 0, len(e.Failed))
+	for _, n := range slices.Sorted(maps.Keys(e.Failed)) {
+		out = append(out, e.Failed[n])
+	}
+	return out
+}

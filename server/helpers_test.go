@@ -1,0 +1,48 @@
+package server_test
+
+import (
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+type corev1ConfigMap = corev1.ConfigMap
+
+func envtestUser(name string) envtest.User {
+	return envtest.User{Name: name, Groups: []string{"system:masters"}}
+}
+
+// waitGoroutines waits until the number of goroutines is back to at most
+// baseline, and dumps them if it is not within the deadline.
+func waitGoroutines(t testing.TB, baseline int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for runtime.NumGoroutine() > baseline {
+		if time.Now().After(deadline) {
+			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+			t.Fatalf("%d goroutines, baseline %d", runtime.NumGoroutine(), baseline)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// settledGoroutines returns the goroutine count once it has stopped
+// changing (workers and connections of a just-started Manager come up a
+// little after it reports Ready).
+func settledGoroutines() int {
+	last := runtime.NumGoroutine()
+	for i := 0; i < 20; i++ {
+		time.Sleep(250 * time.Millisecond)
+		n := runtime.NumGoroutine()
+		if n == last {
+			return n
+		}
+		last = n
+	}
+	return last
+}

@@ -1,0 +1,47 @@
+package server
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// The Server's per-cluster metrics are served on the host Manager's metrics
+// endpoint (controller-runtime's registry), each with a cluster label.
+// controller-runtime's own controller metrics (reconcile counts, queue
+// depth) carry only the controller name: the same controller in every
+// member adds to the same series.
+var (
+	clusterReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mccr_cluster_ready",
+		Help: "1 while the member cluster is Ready (caches synced, reconciling), else 0.",
+	}, []string{"cluster"})
+	clusterTimeToReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mccr_cluster_time_to_ready_seconds",
+		Help: "How long the member cluster's last successful start took, to synced caches.",
+	}, []string{"cluster"})
+	clusterFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mccr_cluster_failures_total",
+		Help: "Failed starts and credential losses of the member cluster.",
+	}, []string{"cluster"})
+	clusterRestarts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mccr_cluster_restarts_total",
+		Help: "Starts of the member cluster's Manager after its first one.",
+	}, []string{"cluster"})
+
+	registerOnce sync.Once
+)
+
+func registerMetrics() {
+	registerOnce.Do(func() {
+		metrics.Registry.MustRegister(clusterReady, clusterTimeToReady, clusterFailures, clusterRestarts)
+	})
+}
+
+func forgetMetrics(cluster string) {
+	clusterReady.DeleteLabelValues(cluster)
+	clusterTimeToReady.DeleteLabelValues(cluster)
+	clusterFailures.DeleteLabelValues(cluster)
+	clusterRestarts.DeleteLabelValues(cluster)
+}

@@ -1,0 +1,58 @@
+package server
+
+import (
+	"time"
+
+	"github.com/mccr-dev/mccr/config"
+)
+
+// Phase is where a member cluster is in its lifecycle.
+type Phase string
+
+const (
+	// PhasePending: added, waiting for the Server to start (or to lead).
+	PhasePending Phase = "Pending"
+	// PhaseStarting: checking reachability and credentials, building the
+	// Manager and running reconciler setups.
+	PhaseStarting Phase = "Starting"
+	// PhaseSyncing: the Manager runs; caches are filling.
+	PhaseSyncing Phase = "Syncing"
+	// PhaseReady: caches synced, controllers reconciling, the fan-out client
+	// routes to it.
+	PhaseReady Phase = "Ready"
+	// PhaseFailed: the last start failed or the member lost its credentials;
+	// it is retried at NextRetry.
+	PhaseFailed Phase = "Failed"
+	// PhaseStopping: being deleted, replaced by an Update, or the Server is
+	// shutting down.
+	PhaseStopping Phase = "Stopping"
+	// PhaseStopped: the Server stopped (or lost leadership) and so did the
+	// member.
+	PhaseStopped Phase = "Stopped"
+)
+
+// ClusterStatus is a member cluster's state as the Server sees it.
+type ClusterStatus struct {
+	// Name is the cluster's name.
+	Name string
+	// Source is where its config came from.
+	Source config.Source
+	// Phase and when it was entered.
+	Phase Phase
+	Since time.Time
+	// LastError is the error of the last failed start, or the last watch
+	// error of a running member (for example while its API server is
+	// unreachable; a running member's Manager retries by itself). Nil after
+	// a clean start.
+	LastError error
+	// NextRetry is when a Failed member is started again.
+	NextRetry time.Time
+	// Failures counts failed starts and credential losses.
+	Failures int
+	// Restarts counts starts after the first one (retries, credential
+	// losses). An Update replaces the member and starts counting afresh.
+	Restarts int
+	// TimeToReady is how long the last successful start took, from the
+	// reachability check to synced caches.
+	TimeToReady time.Duration
+}
