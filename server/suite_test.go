@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/mccr-dev/mccr/internal/conntrack"
 	"github.com/mccr-dev/mccr/known"
 	"github.com/mccr-dev/mccr/server"
 	"github.com/mccr-dev/mccr/test"
@@ -43,16 +44,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// recorder remembers which cluster reconciled which object.
-type recorder struct {
+// tally remembers which cluster reconciled which object.
+type tally struct {
 	mu    sync.Mutex
 	calls map[string]map[string]int // cluster → object → count
 	bad   []string                  // contexts that did not name their cluster properly
 }
 
-func newRecorder() *recorder { return &recorder{calls: map[string]map[string]int{}} }
+func newTally() *tally { return &tally{calls: map[string]map[string]int{}} }
 
-func (r *recorder) add(cluster, obj string) {
+func (r *tally) add(cluster, obj string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.calls[cluster] == nil {
@@ -61,13 +62,13 @@ func (r *recorder) add(cluster, obj string) {
 	r.calls[cluster][obj]++
 }
 
-func (r *recorder) count(cluster, obj string) int {
+func (r *tally) count(cluster, obj string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.calls[cluster][obj]
 }
 
-func (r *recorder) total(cluster string) int {
+func (r *tally) total(cluster string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0
@@ -82,7 +83,7 @@ func (r *recorder) total(cluster string) int {
 // creates "x-ack" recording the cluster it ran in.
 type ConfigMapReconciler struct {
 	client.Client
-	rec  *recorder
+	rec  *tally
 	name string
 }
 
@@ -132,18 +133,48 @@ func testNamespace(t testing.TB) string {
 	return ns
 }
 
+// adminClient returns the test's own client for a cluster. Its connections
+// are tracked so closeTestConnections can close them before a leak check.
 func adminClient(t testing.TB, cluster string) client.Client {
 	t.Helper()
-	cl, err := fleet.Cluster(cluster).Client(client.Options{})
+	admins.Lock()
+	defer admins.Unlock()
+	if a, ok := admins.m[cluster]; ok {
+		return a.client
+	}
+	cfg, conns := conntrack.Wrap(fleet.Cluster(cluster).Config)
+	cl, err := client.New(cfg, client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	admins.m[cluster] = admin{cl, conns}
 	return cl
+}
+
+type admin struct {
+	client client.Client
+	conns  *conntrack.Tracker
+}
+
+var admins = struct {
+	sync.Mutex
+	m map[string]admin
+}{m: map[string]admin{}}
+
+// closeTestConnections closes the test's own connections, so that a leak
+// check sees only what a Server left behind.
+func closeTestConnections() {
+	admins.Lock()
+	defer admins.Unlock()
+	for _, a := range admins.m {
+		a.conns.Close()
+	}
+	admins.m = map[string]admin{}
 }
 
 type running struct {
 	srv  *server.Server
-	rec  *recorder
+	rec  *tally
 	stop func() error
 }
 
@@ -164,7 +195,7 @@ func startServer(t testing.TB, ns string, mutate func(*ctrl.Options), opts ...se
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := newRecorder()
+	rec := newTally()
 	r := &ConfigMapReconciler{Client: srv.GetClient(), rec: rec, name: "configmaps-" + ns}
 	srv.AddReconcilerSetup(r.SetupWithManager)
 

@@ -1,0 +1,114 @@
+package config
+
+import (
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/client-go/rest"
+)
+
+func loadOne(t *testing.T, path string) *NamedConfig {
+	t.Helper()
+	cfgs, err := LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfgs) != 1 {
+		t.Fatalf("want one config, got %v", names(cfgs))
+	}
+	return cfgs[0]
+}
+
+func TestFingerprintSameFileTwice(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config")
+	writeFile(t, path, kubeconfig(t, ctxSpec{"a", "https://127.0.0.1:6443", "tok"}))
+	first, second := loadOne(t, path), loadOne(t, path)
+	if first.Config == second.Config {
+		t.Fatal("two loads returned the same *rest.Config")
+	}
+	if first.Fingerprint() != second.Fingerprint() {
+		t.Error("two loads of one file differ")
+	}
+}
+
+func TestFingerprintChanges(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base")
+	writeFile(t, base, kubeconfig(t, ctxSpec{"a", "https://127.0.0.1:6443", "tok"}))
+	want := loadOne(t, base).Fingerprint()
+
+	for name, spec := range map[string]ctxSpec{
+		"token":  {"a", "https://127.0.0.1:6443", "rotated"},
+		"server": {"a", "https://127.0.0.1:6444", "tok"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(dir, name)
+			writeFile(t, path, kubeconfig(t, spec))
+			if loadOne(t, path).Fingerprint() == want {
+				t.Errorf("changing the %s left the fingerprint alone", name)
+			}
+		})
+	}
+}
+
+func TestFingerprintIgnoresSource(t *testing.T) {
+	content := kubeconfig(t, ctxSpec{"a", "https://127.0.0.1:6443", "tok"})
+	one := filepath.Join(t.TempDir(), "one")
+	other := filepath.Join(t.TempDir(), "sub", "other")
+	writeFile(t, one, content)
+	writeFile(t, other, content)
+	a, b := loadOne(t, one), loadOne(t, other)
+	if a.Source == b.Source {
+		t.Fatal("sources should differ")
+	}
+	if a.Fingerprint() != b.Fingerprint() {
+		t.Error("same content at another source has another fingerprint")
+	}
+}
+
+func TestFingerprintCoversProxyAndFuncFields(t *testing.T) {
+	proxy := func(u string) func(*http.Request) (*url.URL, error) {
+		p, _ := url.Parse(u)
+		return http.ProxyURL(p)
+	}
+	a := NewNamedConfig("a", &rest.Config{Host: "https://h", Proxy: proxy("http://proxy-1:3128")})
+	b := NewNamedConfig("a", &rest.Config{Host: "https://h", Proxy: proxy("http://proxy-1:3128")})
+	c := NewNamedConfig("a", &rest.Config{Host: "https://h", Proxy: proxy("http://proxy-2:3128")})
+	d := NewNamedConfig("a", &rest.Config{Host: "https://h", Proxy: proxy("http://proxy-1:3128"), WrapTransport: func(rt http.RoundTripper) http.RoundTripper { return rt }})
+	if a.Fingerprint() != b.Fingerprint() {
+		t.Error("equal proxies differ")
+	}
+	if a.Fingerprint() == c.Fingerprint() {
+		t.Error("another proxy address is not a change")
+	}
+	if a.Fingerprint() == d.Fingerprint() {
+		t.Error("setting WrapTransport is not a change")
+	}
+	if NewNamedConfig("a", a.Config).Fingerprint() == NewNamedConfig("b", a.Config).Fingerprint() {
+		t.Error("the name is not covered")
+	}
+}
+
+func TestNamedConfigStringHasNoCredentials(t *testing.T) {
+	nc := &NamedConfig{
+		Name:   "prod",
+		Config: &rest.Config{Host: "https://h", BearerToken: "super-secret", Password: "hunter22"},
+		Source: Source{File: "/etc/kube/config", Context: "prod"},
+	}
+	s := nc.String()
+	if s != "prod (file /etc/kube/config, context prod)" {
+		t.Errorf("String() = %q", s)
+	}
+	if strings.Contains(s, "super-secret") || strings.Contains(s, "hunter22") || strings.Contains(nc.Fingerprint(), "super-secret") {
+		t.Error("credentials leak")
+	}
+	if (*NamedConfig)(nil).String() != "<nil>" {
+		t.Error("nil String")
+	}
+	if got := (Source{Object: "KubeFedCluster ns/x"}).String(); got != "KubeFedCluster ns/x" {
+		t.Errorf("object source = %q", got)
+	}
+}
