@@ -214,6 +214,7 @@ func (m *member) build(cfg *rest.Config, fail chan error) (*memberManager, error
 	o.BaseContext = func() context.Context {
 		return known.WithCluster(logr.NewContext(context.Background(), log), name)
 	}
+	o.NewCache = newSyncNotifyingCache(o.NewCache)
 	userHandler := o.Cache.DefaultWatchErrorHandler
 	o.Cache.DefaultWatchErrorHandler = func(ctx context.Context, r *toolscache.Reflector, err error) {
 		if userHandler != nil {

@@ -17,6 +17,7 @@ import (
 
 	mcclient "github.com/mccr-dev/mccr/client"
 	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/configwatcher"
 	"github.com/mccr-dev/mccr/internal/conntrack"
 	"github.com/mccr-dev/mccr/internal/router"
 )
@@ -52,12 +53,16 @@ type Server struct {
 	routes     router.Table
 	client     *mcclient.Client
 
-	mu      sync.Mutex
-	members map[string]*member
-	prev    map[string]<-chan struct{} // done of the last stopped member of a name
-	setups  []func(ctrl.Manager) error
-	runCtx  context.Context // set while the host Manager leads
-	started bool
+	mu       sync.Mutex
+	members  map[string]*member
+	prev     map[string]<-chan struct{} // done of the last stopped member of a name
+	setups   []func(ctrl.Manager) error
+	runCtx   context.Context // set while the host Manager leads
+	started  bool
+	stopped  bool
+	watchers []configwatcher.ConfigWatcher
+	werrs    watchErrors
+	watchWG  sync.WaitGroup
 
 	wg sync.WaitGroup // every member goroutine and the fleet runnable
 }
@@ -255,6 +260,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.started = true
 	s.mu.Unlock()
 	err := s.host.Start(ctx)
+	s.stopWatchers()
 	s.wg.Wait()
 	s.hostConns.Close()
 	return err

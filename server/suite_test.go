@@ -119,10 +119,13 @@ func (r *ConfigMapReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // testNamespace creates a namespace named after the test in every cluster.
 func testNamespace(t testing.TB) string {
 	t.Helper()
-	ns := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
-	if len(ns) > 50 {
-		ns = ns[:50]
-	}
+	ns := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(t.Name()))
+	ns = strings.Trim(ns[:min(len(ns), 50)], "-")
 	for _, c := range fleet.Clusters {
 		cl := adminClient(t, c.Name)
 		err := cl.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
@@ -238,7 +241,7 @@ func eventually(t testing.TB, within time.Duration, what string, cond func() boo
 func createConfigMap(t testing.TB, cluster, ns, name string) {
 	t.Helper()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-	if err := adminClient(t, cluster).Create(context.Background(), cm); err != nil {
+	if err := adminClient(t, cluster).Create(context.Background(), cm); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("%s: %v", cluster, err)
 	}
 }

@@ -1,0 +1,131 @@
+package server
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/mccr-dev/mccr/configwatcher"
+)
+
+// Watch applies a ConfigWatcher's events to the Server until the watcher
+// stops: Added → Add, Updated → Update, Deleted → Delete. It replaces the
+// hand-written event loop of older multi-cluster libraries with one call,
+// and can be called before or after Start, for as many watchers as needed.
+//
+// The Server owns the watcher from then on: it stops it when Start returns.
+// Events are applied in order, one at a time per watcher. An Added event for
+// a known name with a different config is applied as an Update, an Updated
+// event for an unknown name as an Add, and a Deleted event for an unknown
+// name is ignored, so a watcher and the Server never drift apart. Errors from
+// the watcher, and errors applying its events, are logged and kept: see
+// WatchErrors.
+func (s *Server) Watch(w configwatcher.ConfigWatcher) {
+	s.mu.Lock()
+	s.watchers = append(s.watchers, w)
+	stopped := s.stopped
+	s.mu.Unlock()
+	if stopped {
+		w.Stop()
+	}
+	s.watchWG.Add(1)
+	go func() {
+		defer s.watchWG.Done()
+		s.applyEvents(w)
+	}()
+}
+
+func (s *Server) applyEvents(w configwatcher.ConfigWatcher) {
+	events, errs := w.Events(), w.Errors()
+	for events != nil || errs != nil {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			if err := s.apply(ev); err != nil {
+				s.watchError(err)
+			}
+		case err, ok := <-errs:
+			if !ok {
+				errs = nil
+				continue
+			}
+			s.watchError(err)
+		}
+	}
+}
+
+func (s *Server) apply(ev configwatcher.Event) error {
+	if ev.Config == nil {
+		return errors.New("watcher sent an event without a config")
+	}
+	switch ev.Type {
+	case configwatcher.Added:
+		err := s.Add(ev.Config)
+		if errors.Is(err, ErrClusterExists) {
+			return s.Update(ev.Config)
+		}
+		return err
+	case configwatcher.Updated:
+		err := s.Update(ev.Config)
+		if errors.Is(err, ErrClusterNotFound) {
+			return s.Add(ev.Config)
+		}
+		return err
+	case configwatcher.Deleted:
+		err := s.Delete(ev.Config.Name)
+		if errors.Is(err, ErrClusterNotFound) {
+			return nil
+		}
+		return err
+	}
+	return errors.New("watcher sent an event of unknown type " + ev.Type.String())
+}
+
+// maxWatchErrors bounds the errors WatchErrors keeps.
+const maxWatchErrors = 32
+
+// WatchError is an error from a watched ConfigWatcher, with when it came.
+type WatchError struct {
+	At  time.Time
+	Err error
+}
+
+type watchErrors struct {
+	mu   sync.Mutex
+	errs []WatchError
+}
+
+func (s *Server) watchError(err error) {
+	s.log.Error(err, "config watcher")
+	s.werrs.mu.Lock()
+	defer s.werrs.mu.Unlock()
+	if len(s.werrs.errs) == maxWatchErrors {
+		s.werrs.errs = s.werrs.errs[1:]
+	}
+	s.werrs.errs = append(s.werrs.errs, WatchError{At: time.Now(), Err: err})
+}
+
+// WatchErrors returns the most recent errors of the watchers given to Watch
+// (at most 32, oldest first): broken kubeconfig files, missing Secrets, and
+// events the Server could not apply.
+func (s *Server) WatchErrors() []WatchError {
+	s.werrs.mu.Lock()
+	defer s.werrs.mu.Unlock()
+	return append([]WatchError(nil), s.werrs.errs...)
+}
+
+// stopWatchers stops every watcher and waits for their event loops.
+func (s *Server) stopWatchers() {
+	s.mu.Lock()
+	s.stopped = true
+	ws := s.watchers
+	s.watchers = nil
+	s.mu.Unlock()
+	for _, w := range ws {
+		w.Stop()
+	}
+	s.watchWG.Wait()
+}
