@@ -1,0 +1,482 @@
+package configwatcher
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/go-logr/logr"
+
+	"github.com/mccr-dev/mccr/config"
+)
+
+// DefaultDebounce is how long a FileWatcher waits for a burst of file
+// system events to end before it reads the files again. Editors and the
+// kubelet change a kubeconfig with several operations in a row; reading
+// after the last one turns them into one event per cluster that changed.
+const DefaultDebounce = 100 * time.Millisecond
+
+const (
+	// maxWaitFactor bounds debouncing: files are read at the latest this
+	// many debounce periods after the first event of a burst that never
+	// quiets down.
+	maxWaitFactor = 10
+
+	// retryInterval is how soon a watch that could not be set up (say, the
+	// parent directory is gone) is tried again.
+	retryInterval = time.Second
+)
+
+// FileOptions configures a FileWatcher. The zero value is usable; defaults
+// are applied by NewFileWatcher.
+type FileOptions struct {
+	// Debounce is how long to wait after a file system event for more
+	// events before reading the files. Defaults to DefaultDebounce.
+	Debounce time.Duration
+
+	// AllowAuthPlugins accepts kubeconfig users with exec plugins or
+	// auth-provider entries (see config.AllowAuthPlugins). Off by default:
+	// whoever can write to the watched directory could otherwise make the
+	// controller run programs.
+	AllowAuthPlugins bool
+
+	// Logger receives the watcher's errors and, at V(1), every event.
+	// Defaults to a logger that discards.
+	Logger logr.Logger
+}
+
+// FileOption sets FileOptions fields.
+type FileOption func(*FileOptions)
+
+// WithDebounce sets FileOptions.Debounce.
+func WithDebounce(d time.Duration) FileOption {
+	return func(o *FileOptions) { o.Debounce = d }
+}
+
+// AllowAuthPlugins sets FileOptions.AllowAuthPlugins.
+func AllowAuthPlugins() FileOption {
+	return func(o *FileOptions) { o.AllowAuthPlugins = true }
+}
+
+// WithLogger sets FileOptions.Logger.
+func WithLogger(l logr.Logger) FileOption {
+	return func(o *FileOptions) { o.Logger = l }
+}
+
+func (o *FileOptions) applyDefaults() {
+	if o.Debounce <= 0 {
+		o.Debounce = DefaultDebounce
+	}
+	if o.Logger.GetSink() == nil {
+		o.Logger = logr.Discard()
+	}
+}
+
+// FileWatcher is a ConfigWatcher over a kubeconfig file or a directory of
+// kubeconfigs. Every context is a cluster, loaded by the rules of package
+// config (config.KubeconfigFiles, config.LoadFile, config.MergeFileConfigs).
+//
+// It watches with fsnotify and, after each burst of events, reads all the
+// files again and compares each cluster's config.NamedConfig.Fingerprint
+// with what it reported last, so an event is sent only for a cluster whose
+// content changed, however the change was written:
+//
+//   - editors that write a temporary file and rename it over the original;
+//   - Kubernetes Secret and ConfigMap volumes, whose "..data" symlink is
+//     swapped to a new timestamped directory;
+//   - a single watched file replaced by rename: the parent directory is
+//     watched, not the file's inode;
+//   - a file that is a symlink into another directory: that directory is
+//     watched too;
+//   - the watched directory removed (its clusters are Deleted) and created
+//     again (they come back as Added): the parent directory is watched to
+//     notice.
+//
+// A file that cannot be read or parsed, or that has no contexts (an editor
+// truncating it before writing), is reported on Errors and its last good
+// clusters are kept: to remove clusters, remove their contexts or the file.
+// Likewise a context that stops loading (a missing CA file, say) keeps its
+// last good config. Each problem is reported once, when it appears; it is
+// reported again if it goes away and comes back.
+//
+// Files that a kubeconfig refers to (CA, client certificate and key, token
+// file) are not watched for content: client-go reads them again itself.
+//
+// Sources (config.Source.File) name files by absolute path, as found under
+// the watched path, not through symlinks.
+type FileWatcher struct {
+	root, parent string
+	opts         FileOptions
+	loadOpts     []config.LoadOption
+	log          logr.Logger
+
+	fsw *fsnotify.Watcher
+	pub *publisher // the Events and Errors channels, what was published
+
+	stopOnce sync.Once
+	stop     chan struct{}
+	done     chan struct{}
+
+	// The rest belongs to the run goroutine.
+	rootIsDir  bool
+	watched    map[string]os.FileInfo
+	retryWatch bool
+	files      map[string]*fileState
+	reported   map[string]bool
+}
+
+var _ ConfigWatcher = (*FileWatcher)(nil)
+
+// fileState is what one file last contributed.
+type fileState struct {
+	good map[string]*config.NamedConfig
+}
+
+// NewFileWatcher watches fileOrDir, which must exist, and starts reporting
+// its clusters: first all of them as Added, then changes. Call Stop to end
+// it.
+func NewFileWatcher(fileOrDir string, opts ...FileOption) (*FileWatcher, error) {
+	o := FileOptions{}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	o.applyDefaults()
+
+	root, err := filepath.Abs(fileOrDir)
+	if err != nil {
+		return nil, fmt.Errorf("configwatcher: cannot watch %s: %w", fileOrDir, err)
+	}
+	fi, err := os.Stat(root)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, fmt.Errorf("configwatcher: cannot watch %s: %w", fileOrDir, err)
+	}
+	fsw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("configwatcher: cannot watch %s: %w", fileOrDir, err)
+	}
+
+	log := o.Logger.WithValues("path", root)
+	w := &FileWatcher{
+		root:      root,
+		parent:    filepath.Dir(root),
+		opts:      o,
+		log:       log,
+		fsw:       fsw,
+		pub:       newPublisher(log),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+		rootIsDir: fi.IsDir(),
+		watched:   map[string]os.FileInfo{},
+		files:     map[string]*fileState{},
+		reported:  map[string]bool{},
+	}
+	if o.AllowAuthPlugins {
+		w.loadOpts = append(w.loadOpts, config.AllowAuthPlugins())
+	}
+	go w.run()
+	return w, nil
+}
+
+// Events delivers cluster changes. Read it: events are never dropped, so an
+// unread Events channel stalls the watcher once its buffer is full. It is
+// closed after Stop.
+func (w *FileWatcher) Events() <-chan Event { return w.pub.events }
+
+// Errors delivers problems with the files, each naming the file (and
+// context). Reading it is optional: the latest errors are buffered and, once
+// the buffer is full, the oldest are dropped (all are logged). It is closed
+// after Stop.
+func (w *FileWatcher) Errors() <-chan error { return w.pub.errors }
+
+// Stop ends the watcher. It returns once the watcher's goroutine has ended
+// and both channels are closed; calling it again does nothing more.
+func (w *FileWatcher) Stop() {
+	w.stopOnce.Do(func() { close(w.stop) })
+	<-w.done
+}
+
+func (w *FileWatcher) run() {
+	defer func() {
+		if err := w.fsw.Close(); err != nil {
+			w.log.Error(err, "closing the file system watcher")
+		}
+		w.pub.close()
+		close(w.done)
+	}()
+
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var burstStart time.Time // zero when no read is scheduled
+	schedule := func(wait time.Duration) {
+		now := time.Now()
+		if burstStart.IsZero() {
+			burstStart = now
+		}
+		if latest := burstStart.Add(maxWaitFactor * w.opts.Debounce); now.Add(wait).After(latest) {
+			wait = max(latest.Sub(now), 0)
+		}
+		timer.Reset(wait)
+	}
+
+	if !w.sync() {
+		return
+	}
+	if w.retryWatch {
+		schedule(retryInterval)
+	}
+	fsEvents, fsErrors := w.fsw.Events, w.fsw.Errors
+	for {
+		select {
+		case <-w.stop:
+			return
+		case ev, ok := <-fsEvents:
+			if !ok {
+				fsEvents = nil
+				continue
+			}
+			if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
+				// A watched directory that is removed or moved away may be
+				// back before the next read, possibly with the same inode
+				// number: forget its watch so that the read sets it up anew.
+				delete(w.watched, ev.Name)
+			}
+			if w.relevant(ev) {
+				schedule(w.opts.Debounce)
+			}
+		case err, ok := <-fsErrors:
+			if !ok {
+				fsErrors = nil
+				continue
+			}
+			if errors.Is(err, fsnotify.ErrEventOverflow) {
+				// Events were lost; reading everything again catches up.
+				schedule(w.opts.Debounce)
+			}
+			w.pub.report(fmt.Errorf("configwatcher: watching %s: %w", w.root, err))
+		case <-timer.C:
+			burstStart = time.Time{}
+			if !w.sync() {
+				return
+			}
+			if w.retryWatch {
+				schedule(retryInterval)
+			}
+		}
+	}
+}
+
+// relevant filters the parent directory's events when watching a
+// directory: the parent is watched only to notice the directory itself come
+// and go. Everything else may change what the files say.
+func (w *FileWatcher) relevant(ev fsnotify.Event) bool {
+	if w.rootIsDir && w.parent != w.root && filepath.Dir(ev.Name) == w.parent {
+		return ev.Name == w.root
+	}
+	return true
+}
+
+// sync reads the files, updates the watches, and sends the events and new
+// errors that follow. It returns false if the watcher was stopped meanwhile.
+func (w *FileWatcher) sync() bool {
+	var problems []error
+	files, listErr := config.KubeconfigFiles(w.root)
+	gone := errors.Is(listErr, fs.ErrNotExist)
+	switch {
+	case gone:
+		files = nil
+		problems = append(problems, fmt.Errorf("configwatcher: %s does not exist; its clusters are removed until it is back", w.root))
+	case listErr != nil:
+		// Unreadable for now (permissions, say): keep what we know.
+		problems = append(problems, listErr)
+	}
+	if fi, err := os.Stat(w.root); err == nil {
+		w.rootIsDir = fi.IsDir()
+	}
+	// Watch before reading, so that a change made while reading is seen.
+	problems = append(problems, w.updateWatches(files)...)
+
+	loaded := make([]config.FileConfigs, 0, len(files))
+	seen := make(map[string]bool, len(files))
+	for _, f := range files {
+		select {
+		case <-w.stop:
+			return false
+		default:
+		}
+		cfgs, err := config.LoadFile(f, w.loadOpts...)
+		if len(cfgs) == 0 && errors.Is(err, fs.ErrNotExist) {
+			continue // removed since it was listed
+		}
+		seen[f] = true
+		st := w.files[f]
+		if st == nil {
+			st = &fileState{}
+			w.files[f] = st
+		}
+		st.update(cfgs, err)
+		loaded = append(loaded, config.FileConfigs{Path: f, Configs: st.configs(), Err: err})
+	}
+	for f, st := range w.files {
+		if seen[f] {
+			continue
+		}
+		if listErr != nil && !gone {
+			loaded = append(loaded, config.FileConfigs{Path: f, Configs: st.configs()})
+			continue
+		}
+		delete(w.files, f)
+	}
+
+	merged, err := config.MergeFileConfigs(loaded)
+	problems = appendFlat(problems, err)
+	w.reportNew(problems)
+	desired := make(map[string]*config.NamedConfig, len(merged))
+	for _, c := range merged {
+		desired[c.Name] = c
+	}
+	return w.pub.apply(desired, w.stop)
+}
+
+// update takes a file's new load result, keeping the last good config of
+// whatever failed to load: a broken file keeps all its clusters, a broken
+// context keeps its own.
+func (st *fileState) update(cfgs []*config.NamedConfig, err error) {
+	perContext := map[string]bool{}
+	for _, e := range appendFlat(nil, err) {
+		var fe *config.FileError
+		if !errors.As(e, &fe) || fe.Context == "" {
+			return // the whole file failed
+		}
+		perContext[fe.Context] = true
+	}
+	next := make(map[string]*config.NamedConfig, len(cfgs))
+	for _, c := range cfgs {
+		next[c.Name] = c
+	}
+	for name := range perContext {
+		if old, ok := st.good[name]; ok {
+			next[name] = old
+		}
+	}
+	st.good = next
+}
+
+func (st *fileState) configs() []*config.NamedConfig {
+	out := make([]*config.NamedConfig, 0, len(st.good))
+	for _, c := range st.good {
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b *config.NamedConfig) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// updateWatches watches the parent directory (to see the watched path
+// replaced, removed or created), the watched directory, and the directories
+// that symlinked files point into. A directory replaced by another of the
+// same name is watched again.
+func (w *FileWatcher) updateWatches(files []string) []error {
+	var problems []error
+	w.retryWatch = false
+	desired := []string{w.parent}
+	if w.rootIsDir {
+		desired = append(desired, w.root)
+	}
+	for _, f := range files {
+		if fi, err := os.Lstat(f); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			continue
+		}
+		if target, err := filepath.EvalSymlinks(f); err == nil {
+			desired = append(desired, filepath.Dir(target))
+		}
+	}
+
+	keep := map[string]bool{}
+	var infos []os.FileInfo
+	for _, d := range desired {
+		if keep[d] {
+			continue
+		}
+		fi, err := os.Stat(d)
+		if err == nil && !fi.IsDir() {
+			err = errors.New("not a directory")
+		}
+		if err != nil {
+			if d == w.parent {
+				problems = append(problems, fmt.Errorf("configwatcher: cannot watch %s, retrying: %v", d, err))
+				w.retryWatch = true
+			}
+			continue
+		}
+		// The same directory under another name (a symlinked path) is
+		// watched once.
+		if slices.ContainsFunc(infos, func(o os.FileInfo) bool { return os.SameFile(o, fi) }) {
+			continue
+		}
+		infos = append(infos, fi)
+		keep[d] = true
+		if old, ok := w.watched[d]; ok {
+			if os.SameFile(old, fi) {
+				continue
+			}
+			_ = w.fsw.Remove(d) // the old directory is gone; so may be its watch
+			delete(w.watched, d)
+		}
+		if err := w.fsw.Add(d); err != nil {
+			problems = append(problems, fmt.Errorf("configwatcher: cannot watch %s, retrying: %w", d, err))
+			w.retryWatch = true
+			delete(keep, d)
+			continue
+		}
+		w.watched[d] = fi
+	}
+	for d := range w.watched {
+		if !keep[d] {
+			_ = w.fsw.Remove(d)
+			delete(w.watched, d)
+		}
+	}
+	return problems
+}
+
+// reportNew reports the problems that were not there at the last read, so
+// that a broken file is reported once rather than after every event.
+func (w *FileWatcher) reportNew(problems []error) {
+	now := make(map[string]bool, len(problems))
+	for _, p := range problems {
+		msg := p.Error()
+		if now[msg] {
+			continue
+		}
+		now[msg] = true
+		if !w.reported[msg] {
+			w.pub.report(p)
+		}
+	}
+	w.reported = now
+}
+
+func appendFlat(errs []error, err error) []error {
+	if err == nil {
+		return errs
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			errs = appendFlat(errs, e)
+		}
+		return errs
+	}
+	return append(errs, err)
+}

@@ -1,0 +1,712 @@
+package configwatcher_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/big"
+	mathrand "math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/configwatcher"
+)
+
+const (
+	debounce = 50 * time.Millisecond
+	// quiet is how long "nothing more happens" is checked for after the
+	// expected events: a few debounce periods, so that a stray follow-up
+	// read would have reported by then.
+	quiet = 5 * debounce
+	// patience bounds every wait for something that should happen.
+	patience = 15 * time.Second
+)
+
+// checkLeaks makes t fail if a goroutine started during the test outlives
+// it. Called first, its check runs after every other cleanup (Stop).
+func checkLeaks(t *testing.T) {
+	t.Helper()
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+}
+
+type ctxSpec struct{ Name, Server, Token string }
+
+func kubeconfig(t testing.TB, specs ...ctxSpec) []byte {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	for _, s := range specs {
+		cfg.Clusters[s.Name] = &clientcmdapi.Cluster{Server: s.Server, InsecureSkipTLSVerify: true}
+		cfg.AuthInfos[s.Name] = &clientcmdapi.AuthInfo{Token: s.Token}
+		cfg.Contexts[s.Name] = &clientcmdapi.Context{Cluster: s.Name, AuthInfo: s.Name}
+	}
+	data, err := clientcmd.Write(*cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func server(port int) string { return fmt.Sprintf("https://127.0.0.1:%d", port) }
+
+func mkdir(t testing.TB, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeFile(t testing.TB, path string, data []byte) {
+	t.Helper()
+	mkdir(t, filepath.Dir(path))
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeLikeAnEditor writes a hidden temporary file next to path and renames
+// it over path, as most editors and config tools do.
+func writeLikeAnEditor(t testing.TB, path string, data []byte) {
+	t.Helper()
+	f, err := os.CreateTemp(filepath.Dir(path), ".edit-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func start(t *testing.T, path string, opts ...configwatcher.FileOption) *configwatcher.FileWatcher {
+	t.Helper()
+	w, err := configwatcher.NewFileWatcher(path, append([]configwatcher.FileOption{configwatcher.WithDebounce(debounce)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	return w
+}
+
+func describe(ev configwatcher.Event) string {
+	s := ev.Type.String() + " " + ev.Config.Name
+	if ev.Type != configwatcher.Deleted && ev.Config.Config != nil {
+		s += " " + ev.Config.Config.Host
+	}
+	return s
+}
+
+// expectEvents waits for exactly the described events (in any order), then
+// checks that nothing more arrives for a while.
+func expectEvents(t *testing.T, w *configwatcher.FileWatcher, want ...string) []configwatcher.Event {
+	t.Helper()
+	var got []configwatcher.Event
+	var seen []string
+	deadline := time.After(patience)
+	for len(got) < len(want) {
+		select {
+		case ev, ok := <-w.Events():
+			if !ok {
+				t.Fatalf("Events closed; got %v, want %v", seen, want)
+			}
+			got = append(got, ev)
+			seen = append(seen, describe(ev))
+		case <-deadline:
+			t.Fatalf("timed out; got %v, want %v", seen, want)
+		}
+	}
+	expectQuiet(t, w)
+	slices.Sort(seen)
+	want = slices.Clone(want)
+	slices.Sort(want)
+	if !slices.Equal(seen, want) {
+		t.Fatalf("events = %v, want %v", seen, want)
+	}
+	return got
+}
+
+func expectQuiet(t *testing.T, w *configwatcher.FileWatcher) {
+	t.Helper()
+	select {
+	case ev := <-w.Events():
+		t.Fatalf("unexpected event %s", describe(ev))
+	case <-time.After(quiet):
+	}
+}
+
+// expectError waits for an error mentioning every one of parts, skipping
+// others.
+func expectError(t *testing.T, w *configwatcher.FileWatcher, parts ...string) error {
+	t.Helper()
+	deadline := time.After(patience)
+	for {
+		select {
+		case err := <-w.Errors():
+			if containsAll(err.Error(), parts) {
+				return err
+			}
+			t.Logf("other error: %v", err)
+		case <-deadline:
+			t.Fatalf("no error mentioning %q", parts)
+		}
+	}
+}
+
+func expectNoError(t *testing.T, w *configwatcher.FileWatcher) {
+	t.Helper()
+	select {
+	case err := <-w.Errors():
+		t.Fatalf("unexpected error: %v", err)
+	default:
+	}
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestFileWatcherMissingPath(t *testing.T) {
+	checkLeaks(t)
+	missing := filepath.Join(t.TempDir(), "nope")
+	_, err := configwatcher.NewFileWatcher(missing)
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("err = %v, want a not-exist error naming %s", err, missing)
+	}
+}
+
+func TestFileWatcherInitialStateAndFileChanges(t *testing.T) {
+	checkLeaks(t)
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
+	writeFile(t, a, kubeconfig(t, ctxSpec{"a1", server(1), "t"}, ctxSpec{"a2", server(2), "t"}))
+	writeFile(t, b, kubeconfig(t, ctxSpec{"b1", server(3), "t"}))
+
+	w := start(t, dir)
+	evs := expectEvents(t, w, "Added a1 "+server(1), "Added a2 "+server(2), "Added b1 "+server(3))
+	if evs[0].Config.Source != (config.Source{File: a, Context: "a1"}) {
+		t.Errorf("source = %+v", evs[0].Config.Source)
+	}
+
+	t.Run("same content again is no event", func(t *testing.T) {
+		writeLikeAnEditor(t, a, kubeconfig(t, ctxSpec{"a1", server(1), "t"}, ctxSpec{"a2", server(2), "t"}))
+		expectQuiet(t, w)
+	})
+	t.Run("editor rename write is one Updated", func(t *testing.T) {
+		writeLikeAnEditor(t, a, kubeconfig(t, ctxSpec{"a1", server(1), "t"}, ctxSpec{"a2", server(20), "t"}))
+		expectEvents(t, w, "Updated a2 "+server(20))
+	})
+	t.Run("rotated token is one Updated", func(t *testing.T) {
+		writeLikeAnEditor(t, a, kubeconfig(t, ctxSpec{"a1", server(1), "rotated"}, ctxSpec{"a2", server(20), "t"}))
+		expectEvents(t, w, "Updated a1 "+server(1))
+	})
+	t.Run("context removed from a file is one Deleted", func(t *testing.T) {
+		writeLikeAnEditor(t, a, kubeconfig(t, ctxSpec{"a1", server(1), "rotated"}))
+		expectEvents(t, w, "Deleted a2")
+	})
+	t.Run("context added to a file is one Added", func(t *testing.T) {
+		writeLikeAnEditor(t, b, kubeconfig(t, ctxSpec{"b1", server(3), "t"}, ctxSpec{"b2", server(4), "t"}))
+		expectEvents(t, w, "Added b2 "+server(4))
+	})
+	t.Run("file renamed within the directory is no event", func(t *testing.T) {
+		c := filepath.Join(dir, "c.yaml")
+		if err := os.Rename(b, c); err != nil {
+			t.Fatal(err)
+		}
+		expectQuiet(t, w)
+		writeLikeAnEditor(t, c, kubeconfig(t, ctxSpec{"b1", server(30), "t"}, ctxSpec{"b2", server(4), "t"}))
+		evs := expectEvents(t, w, "Updated b1 "+server(30))
+		if evs[0].Config.Source.File != c {
+			t.Errorf("source = %s, want %s", evs[0].Config.Source.File, c)
+		}
+		if err := os.Rename(c, b); err != nil {
+			t.Fatal(err)
+		}
+		expectQuiet(t, w)
+	})
+	t.Run("file moved out is Deleted per context", func(t *testing.T) {
+		if err := os.Rename(b, filepath.Join(t.TempDir(), "b.yaml")); err != nil {
+			t.Fatal(err)
+		}
+		expectEvents(t, w, "Deleted b1", "Deleted b2")
+	})
+	t.Run("file deleted is Deleted per context", func(t *testing.T) {
+		if err := os.Remove(a); err != nil {
+			t.Fatal(err)
+		}
+		expectEvents(t, w, "Deleted a1")
+	})
+	expectNoError(t, w)
+}
+
+func TestFileWatcherBurstOfWritesIsOneEvent(t *testing.T) {
+	checkLeaks(t)
+	path := filepath.Join(t.TempDir(), "config")
+	writeFile(t, path, kubeconfig(t, ctxSpec{"x", server(1), "t"}))
+	w := start(t, path, configwatcher.WithDebounce(configwatcher.DefaultDebounce))
+	expectEvents(t, w, "Added x "+server(1))
+
+	// In-place writes, as `cp` or a shell redirection make them.
+	for i := range 10 {
+		writeFile(t, path, kubeconfig(t, ctxSpec{"x", server(100 + i), "t"}))
+	}
+	expectEvents(t, w, "Updated x "+server(109))
+}
+
+func TestFileWatcherSingleFile(t *testing.T) {
+	checkLeaks(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config")
+	writeFile(t, path, kubeconfig(t, ctxSpec{"x", server(1), "t"}))
+	// Neighbours of a watched file are none of its business.
+	writeFile(t, filepath.Join(dir, "neighbour"), kubeconfig(t, ctxSpec{"n", server(9), "t"}))
+
+	w := start(t, path)
+	expectEvents(t, w, "Added x "+server(1))
+
+	writeLikeAnEditor(t, path, kubeconfig(t, ctxSpec{"x", server(2), "t"}))
+	expectEvents(t, w, "Updated x "+server(2))
+	writeLikeAnEditor(t, path, kubeconfig(t, ctxSpec{"x", server(3), "t"}))
+	expectEvents(t, w, "Updated x "+server(3))
+
+	writeFile(t, filepath.Join(dir, "neighbour"), []byte("broken"))
+	expectQuiet(t, w)
+
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	expectEvents(t, w, "Deleted x")
+	expectError(t, w, path, "does not exist")
+
+	writeLikeAnEditor(t, path, kubeconfig(t, ctxSpec{"x", server(4), "t"}))
+	expectEvents(t, w, "Added x "+server(4))
+	expectNoError(t, w)
+}
+
+func TestFileWatcherFileSymlinkedElsewhere(t *testing.T) {
+	checkLeaks(t)
+	real := filepath.Join(t.TempDir(), "real")
+	writeFile(t, real, kubeconfig(t, ctxSpec{"x", server(1), "t"}))
+	link := filepath.Join(t.TempDir(), "config")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	w := start(t, link)
+	expectEvents(t, w, "Added x "+server(1))
+
+	writeFile(t, real, kubeconfig(t, ctxSpec{"x", server(2), "t"}))
+	expectEvents(t, w, "Updated x "+server(2))
+}
+
+func selfSignedPEM(t testing.TB) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "mccr-test-ca"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// secretVolume mimics how the kubelet maintains a Secret or ConfigMap
+// volume: files in a timestamped hidden directory, "..data" pointing at it,
+// and a top-level symlink per key through "..data".
+type secretVolume struct {
+	dir     string
+	current string
+	n       int
+	keys    []string
+}
+
+func newSecretVolume(t *testing.T, dir string, files map[string][]byte) *secretVolume {
+	s := &secretVolume{dir: dir}
+	mkdir(t, dir)
+	s.update(t, files)
+	return s
+}
+
+// update publishes files the kubelet's way: write a new timestamped
+// directory, point "..data_tmp" at it, rename that over "..data", fix the
+// top-level links, remove the old directory.
+func (s *secretVolume) update(t *testing.T, files map[string][]byte) {
+	t.Helper()
+	s.n++
+	ts := fmt.Sprintf("..2026_11_21_10_00_%02d.%09d", s.n, s.n)
+	for name, data := range files {
+		writeFile(t, filepath.Join(s.dir, ts, name), data)
+	}
+	tmp := filepath.Join(s.dir, "..data_tmp")
+	if err := os.Symlink(ts, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(s.dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for name := range files {
+		keys = append(keys, name)
+		if !slices.Contains(s.keys, name) {
+			if err := os.Symlink(filepath.Join("..data", name), filepath.Join(s.dir, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, old := range s.keys {
+		if _, ok := files[old]; !ok {
+			if err := os.Remove(filepath.Join(s.dir, old)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if s.current != "" {
+		if err := os.RemoveAll(filepath.Join(s.dir, s.current)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.current, s.keys = ts, keys
+}
+
+func TestFileWatcherSecretVolume(t *testing.T) {
+	checkLeaks(t)
+	caPEM := selfSignedPEM(t)
+	files := func(bServer int) map[string][]byte {
+		cfg := kubeconfig(t, ctxSpec{"a", server(1), "t"}, ctxSpec{"b", server(bServer), "t"})
+		// A CA next to the kubeconfig, referenced relatively: it must not be
+		// reported as a broken kubeconfig.
+		return map[string][]byte{
+			"config": []byte(strings.Replace(string(cfg), "insecure-skip-tls-verify: true", "certificate-authority: ca.crt", 1)),
+			"ca.crt": caPEM,
+		}
+	}
+
+	t.Run("directory", func(t *testing.T) {
+		vol := newSecretVolume(t, filepath.Join(t.TempDir(), "secret"), files(2))
+		w := start(t, vol.dir)
+		evs := expectEvents(t, w, "Added a "+server(1), "Added b "+server(2))
+		for _, ev := range evs {
+			if ev.Config.Name == "a" && ev.Config.Config.CAFile != filepath.Join(vol.dir, "ca.crt") {
+				t.Errorf("CAFile = %s", ev.Config.Config.CAFile)
+			}
+		}
+
+		vol.update(t, files(20))
+		expectEvents(t, w, "Updated b "+server(20))
+		vol.update(t, files(20))
+		expectQuiet(t, w)
+		vol.update(t, map[string][]byte{"other": kubeconfig(t, ctxSpec{"c", server(5), "t"})})
+		expectEvents(t, w, "Deleted a", "Deleted b", "Added c "+server(5))
+		expectNoError(t, w)
+	})
+
+	t.Run("single file in it", func(t *testing.T) {
+		vol := newSecretVolume(t, filepath.Join(t.TempDir(), "secret"), files(2))
+		w := start(t, filepath.Join(vol.dir, "config"))
+		expectEvents(t, w, "Added a "+server(1), "Added b "+server(2))
+		vol.update(t, files(21))
+		expectEvents(t, w, "Updated b "+server(21))
+		expectNoError(t, w)
+	})
+}
+
+func TestFileWatcherBrokenFileKeepsLastGoodState(t *testing.T) {
+	checkLeaks(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "fleet.yaml")
+	good := kubeconfig(t, ctxSpec{"a", server(1), "t"}, ctxSpec{"b", server(2), "t"})
+	writeFile(t, path, good)
+	w := start(t, dir)
+	expectEvents(t, w, "Added a "+server(1), "Added b "+server(2))
+
+	for _, broken := range [][]byte{
+		[]byte("clusters: [oops"),
+		good[:len(good)/2], // half-written
+		nil,                // truncated by an editor
+	} {
+		writeFile(t, path, broken)
+		expectError(t, w, path)
+		expectQuiet(t, w)
+	}
+
+	writeFile(t, path, good)
+	expectQuiet(t, w)
+
+	t.Run("one broken context keeps its last good config", func(t *testing.T) {
+		writeFile(t, path, []byte(strings.Replace(string(kubeconfig(t, ctxSpec{"a", server(10), "t"}, ctxSpec{"b", server(2), "t"})),
+			"cluster: b", "cluster: missing", 1)))
+		expectEvents(t, w, "Updated a "+server(10))
+		err := expectError(t, w, path, `"b"`, "missing")
+		if !errors.Is(err, config.ErrInvalidKubeconfig) {
+			t.Errorf("err = %v, want ErrInvalidKubeconfig", err)
+		}
+	})
+
+	writeFile(t, path, kubeconfig(t, ctxSpec{"a", server(10), "t"}, ctxSpec{"b", server(20), "t"}))
+	expectEvents(t, w, "Updated b "+server(20))
+}
+
+func TestFileWatcherDuplicateContext(t *testing.T) {
+	checkLeaks(t)
+	dir := t.TempDir()
+	first, second := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
+	writeFile(t, second, kubeconfig(t, ctxSpec{"prod", server(2), "t"}))
+	writeFile(t, first, kubeconfig(t, ctxSpec{"prod", server(1), "t"}))
+
+	w := start(t, dir)
+	evs := expectEvents(t, w, "Added prod "+server(1))
+	if evs[0].Config.Source.File != first {
+		t.Errorf("prod from %s, want %s", evs[0].Config.Source.File, first)
+	}
+	err := expectError(t, w, first, second, `"prod"`)
+	if !errors.Is(err, config.ErrDuplicateContext) {
+		t.Errorf("err = %v, want ErrDuplicateContext", err)
+	}
+
+	// The conflict ends when the winner goes; the other definition takes
+	// over.
+	if err := os.Remove(first); err != nil {
+		t.Fatal(err)
+	}
+	expectEvents(t, w, "Updated prod "+server(2))
+}
+
+func TestFileWatcherAuthPlugins(t *testing.T) {
+	checkLeaks(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "exec.yaml")
+	writeFile(t, path, []byte(`apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:6443"}
+users:
+- name: u
+  user:
+    exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/false, interactiveMode: Never}
+contexts:
+- name: runs-exec
+  context: {cluster: c, user: u}
+`))
+
+	refused := start(t, dir)
+	err := expectError(t, refused, path, `"runs-exec"`)
+	if !errors.Is(err, config.ErrAuthPluginRefused) {
+		t.Errorf("err = %v, want ErrAuthPluginRefused", err)
+	}
+	expectQuiet(t, refused)
+
+	allowed := start(t, dir, configwatcher.AllowAuthPlugins())
+	evs := expectEvents(t, allowed, "Added runs-exec https://127.0.0.1:6443")
+	if evs[0].Config.Config.ExecProvider == nil {
+		t.Error("exec provider missing")
+	}
+}
+
+func TestFileWatcherDirectoryRemovedAndRecreated(t *testing.T) {
+	checkLeaks(t)
+	dir := filepath.Join(t.TempDir(), "fleet")
+	path := filepath.Join(dir, "a.yaml")
+	writeFile(t, path, kubeconfig(t, ctxSpec{"a1", server(1), "t"}, ctxSpec{"a2", server(2), "t"}))
+	w := start(t, dir)
+	expectEvents(t, w, "Added a1 "+server(1), "Added a2 "+server(2))
+
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	expectEvents(t, w, "Deleted a1", "Deleted a2")
+	expectError(t, w, dir, "does not exist")
+
+	mkdir(t, dir)
+	writeLikeAnEditor(t, path, kubeconfig(t, ctxSpec{"a1", server(1), "t"}, ctxSpec{"a2", server(2), "t"}))
+	expectEvents(t, w, "Added a1 "+server(1), "Added a2 "+server(2))
+
+	// The new directory is watched.
+	writeLikeAnEditor(t, path, kubeconfig(t, ctxSpec{"a1", server(10), "t"}, ctxSpec{"a2", server(2), "t"}))
+	expectEvents(t, w, "Updated a1 "+server(10))
+
+	// Replaced faster than the watcher reads: still the new directory is
+	// watched afterwards.
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, path, kubeconfig(t, ctxSpec{"a1", server(10), "t"}, ctxSpec{"a2", server(2), "t"}))
+	select {
+	case ev := <-w.Events():
+		// Only if a read fell between removal and re-creation.
+		if ev.Type != configwatcher.Deleted {
+			t.Fatalf("unexpected %s", describe(ev))
+		}
+		expectEvents(t, w, "Deleted a2", "Added a1 "+server(10), "Added a2 "+server(2))
+	case <-time.After(quiet):
+	}
+	writeLikeAnEditor(t, path, kubeconfig(t, ctxSpec{"a1", server(10), "t"}, ctxSpec{"a2", server(20), "t"}))
+	expectEvents(t, w, "Updated a2 "+server(20))
+}
+
+// TestFileWatcherStorm throws a thousand files, most of them garbage, into a
+// watched directory. The watcher must survive, name the bad files, pick up
+// the good ones, and never drop the clusters it had.
+func TestFileWatcherStorm(t *testing.T) {
+	checkLeaks(t)
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "keep.yaml"), kubeconfig(t, ctxSpec{"keep-1", server(1), "t"}, ctxSpec{"keep-2", server(2), "t"}))
+	w := start(t, dir)
+	expectEvents(t, w, "Added keep-1 "+server(1), "Added keep-2 "+server(2))
+
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for err := range w.Errors() {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	})
+
+	rng := mathrand.New(mathrand.NewPCG(1, 2))
+	var want []string
+	for i := range 1000 {
+		// "s-" sorts after "keep.yaml": a duplicate never wins.
+		path := filepath.Join(dir, fmt.Sprintf("s-%04d", i))
+		var data []byte
+		switch i % 5 {
+		case 0:
+			data = make([]byte, rng.IntN(2048))
+			for j := range data {
+				data[j] = byte(rng.UintN(256))
+			}
+		case 1:
+			// Cut before the contexts end: a cut inside them can leave a
+			// valid context (one without a user, say).
+			full := kubeconfig(t, ctxSpec{fmt.Sprintf("trunc-%d", i), server(i), "t"})
+			data = full[:rng.IntN(strings.Index(string(full), "current-context"))]
+		case 2:
+			data = []byte(fmt.Sprintf("contexts:\n- name: dangling-%d\n  context: {cluster: nowhere}\n", i))
+		case 3:
+			data = kubeconfig(t, ctxSpec{"keep-1", server(9999), "t"})
+		case 4:
+			if i%50 == 4 {
+				name := fmt.Sprintf("storm-%d", i)
+				data = kubeconfig(t, ctxSpec{name, server(10000 + i), "t"})
+				want = append(want, "Added "+name+" "+server(10000+i))
+			} else {
+				data = []byte(strings.Repeat("{[", rng.IntN(500)))
+			}
+		}
+		writeFile(t, path, data)
+	}
+	expectEvents(t, w, want...)
+
+	w.Stop()
+	wg.Wait()
+	if len(errs) == 0 {
+		t.Fatal("no errors reported")
+	}
+	for _, err := range errs {
+		if !strings.Contains(err.Error(), filepath.Join(dir, "s-")) {
+			t.Errorf("error does not name a storm file: %v", err)
+		}
+	}
+	t.Logf("%d errors reported", len(errs))
+}
+
+func TestFileWatcherUnreadErrorsDoNotBlock(t *testing.T) {
+	checkLeaks(t)
+	dir := t.TempDir()
+	for i := range 300 {
+		writeFile(t, filepath.Join(dir, fmt.Sprintf("broken-%03d", i)), []byte("clusters: [oops"))
+	}
+	writeFile(t, filepath.Join(dir, "good"), kubeconfig(t, ctxSpec{"good", server(1), "t"}))
+	w := start(t, dir)
+	expectEvents(t, w, "Added good "+server(1))
+	writeLikeAnEditor(t, filepath.Join(dir, "later"), kubeconfig(t, ctxSpec{"later", server(2), "t"}))
+	expectEvents(t, w, "Added later "+server(2))
+
+	w.Stop()
+	var n int
+	var last error
+	for err := range w.Errors() {
+		n, last = n+1, err
+	}
+	if n == 0 || n > 300 {
+		t.Errorf("%d errors buffered", n)
+	}
+	if !strings.Contains(last.Error(), "broken-299") {
+		t.Errorf("the newest error should survive, last is %v", last)
+	}
+}
+
+func TestFileWatcherStop(t *testing.T) {
+	checkLeaks(t)
+	dir := t.TempDir()
+	var specs []ctxSpec
+	for i := range 300 { // more than the Events buffer
+		specs = append(specs, ctxSpec{fmt.Sprintf("c%03d", i), server(i), "t"})
+	}
+	writeFile(t, filepath.Join(dir, "many"), kubeconfig(t, specs...))
+	w, err := configwatcher.NewFileWatcher(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-w.Events() // the watcher is now blocked on an unread Events channel
+
+	stopped := make(chan struct{})
+	go func() {
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(w.Stop)
+		}
+		wg.Wait()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(patience):
+		t.Fatal("Stop did not return")
+	}
+	w.Stop()
+
+	for range w.Events() {
+	}
+	if _, ok := <-w.Errors(); ok {
+		t.Error("Errors not closed")
+	}
+	// checkLeaks verifies that no goroutine is left.
+}
