@@ -54,6 +54,13 @@ $(KUBEBINS_DIR)/kube-apiserver $(KUBEBINS_DIR)/etcd &:
 	mv $$tmp/server $$tmp/etcd && \
 	mv $$tmp/kube-apiserver $$tmp/etcd $(KUBEBINS_DIR)/ && rmdir $$tmp
 
+# DEMO_FLAGS=--wait keeps the fleet running after the tour, until Ctrl-C.
+DEMO_FLAGS ?=
+
+.PHONY: demo
+demo: kubebins ## Start a local fleet (a host and 4 members) and show a controller following it; cleans up on exit.
+	$(GO) run ./sample/demo $(DEMO_FLAGS)
+
 .PHONY: vet
 vet: ## go vet the library.
 	$(GO) vet ./...
@@ -69,6 +76,17 @@ test: $(ASSETS_DEP) lint ## Build API-server binaries if missing, then vet and r
 .PHONY: test-short
 test-short: $(ASSETS_DEP) ## Quick run: skips the slow fault/scale parts.
 	$(GO) test -race -short -p $(TEST_P) ./...
+
+BENCH_COUNT ?= 5
+BENCH_PKGS ?= ./client/ ./server/ ./test/e2e/
+BENCH_CMD = $(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) -timeout 60m $(BENCH_PKGS)
+
+.PHONY: bench
+bench: $(ASSETS_DEP) ## Run the benchmarks (medians of BENCH_COUNT runs) into docs/benchmarks.md.
+	@mkdir -p docs bin
+	$(BENCH_CMD) | tee bin/bench.out
+	$(GO) run ./hack/benchdoc -cmd "$(BENCH_CMD)" -notes docs/benchmarks-notes.md < bin/bench.out > docs/benchmarks.md
+	@echo "wrote docs/benchmarks.md"
 
 .PHONY: clean
 clean: ## Remove built binaries.

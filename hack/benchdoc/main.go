@@ -1,0 +1,152 @@
+// Command benchdoc turns `go test -bench` output (several -count runs) into
+// the Markdown table of docs/benchmarks.md: per benchmark and unit, the
+// median over the runs, with the machine and the command that produced it.
+//
+//	go test -run '^$' -bench . -benchmem -count 5 ./... | go run ./hack/benchdoc -cmd "..." > docs/benchmarks.md
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type series struct {
+	pkg   string
+	name  string
+	units []string
+	vals  map[string][]float64
+}
+
+func main() {
+	cmd := flag.String("cmd", "", "the command whose output is read, for the record")
+	notes := flag.String("notes", "", "a Markdown file appended after the table")
+	flag.Parse()
+
+	var cpu, pkg string
+	var order []*series
+	byName := map[string]*series{}
+	sc := bufio.NewScanner(os.Stdin)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "cpu: "):
+			cpu = strings.TrimPrefix(line, "cpu: ")
+		case strings.HasPrefix(line, "pkg: "):
+			pkg = strings.TrimPrefix(line, "pkg: ")
+		case strings.HasPrefix(line, "Benchmark"):
+			f := strings.Fields(line)
+			if len(f) < 4 {
+				continue
+			}
+			name := trimProcs(f[0])
+			key := pkg + " " + name
+			s, ok := byName[key]
+			if !ok {
+				s = &series{pkg: pkg, name: name, vals: map[string][]float64{}}
+				byName[key] = s
+				order = append(order, s)
+			}
+			for i := 2; i+1 < len(f); i += 2 {
+				v, err := strconv.ParseFloat(f[i], 64)
+				if err != nil {
+					continue
+				}
+				unit := f[i+1]
+				if _, seen := s.vals[unit]; !seen {
+					s.units = append(s.units, unit)
+				}
+				s.vals[unit] = append(s.vals[unit], v)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	write(os.Stdout, cpu, *cmd, order)
+	if *notes != "" {
+		raw, err := os.ReadFile(*notes)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Fprintf(os.Stdout, "\n%s", raw)
+	}
+}
+
+// trimProcs drops the -GOMAXPROCS suffix go test adds to names.
+func trimProcs(name string) string {
+	if i := strings.LastIndexByte(name, '-'); i > 0 {
+		if _, err := strconv.Atoi(name[i+1:]); err == nil {
+			return name[:i]
+		}
+	}
+	return name
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func write(w io.Writer, cpu, cmd string, all []*series) {
+	fmt.Fprintln(w, "# Benchmarks")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Written by `make bench`; do not edit by hand. Each figure is the median over the runs shown.")
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "- date: %s\n", time.Now().UTC().Format("2006-01-02"))
+	fmt.Fprintf(w, "- machine: %s, %d CPUs, %s/%s, %s\n", cpu, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, memTotal())
+	fmt.Fprintf(w, "- go: %s\n", runtime.Version())
+	if cmd != "" {
+		fmt.Fprintf(w, "- command: `%s`\n", cmd)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| package | benchmark | runs | figures (median) |")
+	fmt.Fprintln(w, "|---|---|---|---|")
+	for _, s := range all {
+		var parts []string
+		runs := 0
+		for _, u := range s.units {
+			parts = append(parts, fmt.Sprintf("%s %s", format(median(s.vals[u])), u))
+			runs = max(runs, len(s.vals[u]))
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %s |\n", strings.TrimPrefix(s.pkg, "github.com/mccr-dev/mccr/"), s.name, runs, strings.Join(parts, ", "))
+	}
+}
+
+func format(v float64) string {
+	switch {
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 1:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+func memTotal() string {
+	raw, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return "memory unknown"
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return fmt.Sprintf("%.0f GiB RAM", kb/1024/1024)
+		}
+	}
+	return "memory unknown"
+}

@@ -1,0 +1,3 @@
+// Package readme keeps the README honest: its test compiles the quickstart
+// program the README shows.
+package readme

@@ -1,0 +1,5 @@
+//go:build !race
+
+package sample_test
+
+const raceEnabled = false
