@@ -12,10 +12,19 @@ import (
 	"github.com/mccr-dev/mccr/known"
 )
 
-// Member is one Ready cluster: its name and the client that reaches it.
+// Member is one cluster of the fleet as the fan-out client sees it.
 type Member struct {
-	Name   string
+	// Name is the cluster's name.
+	Name string
+	// Client reaches the cluster; nil unless it is Ready.
 	Client crclient.Client
+	// Context ends when Client stops being the cluster's route: the cluster
+	// was deleted, restarted, or is no longer Ready. A fleet-wide List stops
+	// waiting for the cluster then. Nil when Client is nil.
+	Context context.Context
+	// Err, when set, is why a fleet-wide List cannot read the cluster now;
+	// it wraps ErrClusterNotReady or ErrClusterUnreachable.
+	Err error
 }
 
 // Fleet is what the fan-out client routes over. A Server provides one;
@@ -25,9 +34,9 @@ type Fleet interface {
 	// Cluster returns the client of the named cluster, or an error wrapping
 	// ErrClusterNotFound or ErrClusterNotReady.
 	Cluster(name string) (crclient.Client, error)
-	// ReadyClusters returns the Ready clusters sorted by name. Callers must
-	// not modify the slice.
-	ReadyClusters() []Member
+	// Members returns every cluster of the fleet, Ready or not, sorted by
+	// name. Callers must not modify the slice.
+	Members() []Member
 }
 
 // Options configures a fan-out Client.
@@ -66,7 +75,8 @@ func (c *Client) For(ctx context.Context) (crclient.Client, error) {
 	return c.fleet.Cluster(name)
 }
 
-// Get reads from the informer cache of the cluster named in ctx.
+// Get reads through the client of the cluster named in ctx: from its
+// informer cache, as a Manager's client does.
 func (c *Client) Get(ctx context.Context, key crclient.ObjectKey, obj crclient.Object, opts ...crclient.GetOption) error {
 	cl, err := c.For(ctx)
 	if err != nil {
@@ -75,10 +85,20 @@ func (c *Client) Get(ctx context.Context, key crclient.ObjectKey, obj crclient.O
 	return cl.Get(ctx, key, obj, opts...)
 }
 
-// List lists in the cluster named in ctx; with no cluster in ctx it lists
-// across the fleet (see ListFleet).
+// List lists in the cluster named in ctx, as that cluster's client would
+// (from its cache, items unmarked). With no cluster in ctx it lists across
+// the fleet: every cluster, or those named with known.WithClusters, each
+// item marked with known.ClusterAnnotation; a cluster that cannot be read
+// makes it return a *ListError, or fills Partial.Failed when a *Partial is
+// among opts. Limit and Continue are refused then (ErrFleetPagination). See
+// the package documentation.
 func (c *Client) List(ctx context.Context, list crclient.ObjectList, opts ...crclient.ListOption) error {
 	if name, ok := known.ClusterFrom(ctx); ok {
+		for _, o := range opts {
+			if p, ok := o.(*Partial); ok {
+				p.Failed = nil
+			}
+		}
 		cl, err := c.fleet.Cluster(name)
 		if err != nil {
 			return err
@@ -89,6 +109,8 @@ func (c *Client) List(ctx context.Context, list crclient.ObjectList, opts ...crc
 }
 
 // Create creates obj in the cluster named in ctx.
+// known.ClusterAnnotation, which a fleet-wide List sets, is removed from obj
+// first.
 func (c *Client) Create(ctx context.Context, obj crclient.Object, opts ...crclient.CreateOption) error {
 	cl, err := c.For(ctx)
 	if err != nil {
@@ -108,6 +130,8 @@ func (c *Client) Delete(ctx context.Context, obj crclient.Object, opts ...crclie
 }
 
 // Update updates obj in the cluster named in ctx.
+// known.ClusterAnnotation, which a fleet-wide List sets, is removed from obj
+// first.
 func (c *Client) Update(ctx context.Context, obj crclient.Object, opts ...crclient.UpdateOption) error {
 	cl, err := c.For(ctx)
 	if err != nil {
@@ -118,6 +142,8 @@ func (c *Client) Update(ctx context.Context, obj crclient.Object, opts ...crclie
 }
 
 // Patch patches obj in the cluster named in ctx.
+// known.ClusterAnnotation, which a fleet-wide List sets, is removed from obj
+// first.
 func (c *Client) Patch(ctx context.Context, obj crclient.Object, patch crclient.Patch, opts ...crclient.PatchOption) error {
 	cl, err := c.For(ctx)
 	if err != nil {

@@ -21,6 +21,13 @@ var (
 	// caches are not (or no longer) synced; see the Server's status for why.
 	ErrClusterNotReady = errors.New("cluster not ready")
 
+	// ErrClusterUnreachable: the named cluster is Ready but its API server
+	// cannot be reached, so its cache may be out of date. Only a
+	// fleet-wide List reports it; calls aimed at the cluster alone still
+	// go to it (reads answer from its cache, writes fail as the API server
+	// is down).
+	ErrClusterUnreachable = errors.New("cluster unreachable, its cache may be out of date")
+
 	// ErrFleetPagination: a fleet-wide List cannot page (Limit/Continue);
 	// list one cluster at a time for that.
 	ErrFleetPagination = errors.New("fleet-wide List does not support Limit or Continue: list each cluster with known.WithCluster to page")
@@ -36,8 +43,19 @@ func NotReady(name string) error {
 	return fmt.Errorf("cluster %q: %w", name, ErrClusterNotReady)
 }
 
+// Unreachable returns ErrClusterUnreachable for the named cluster, with
+// the error that made it unreachable.
+func Unreachable(name string, cause error) error {
+	if cause == nil {
+		return fmt.Errorf("cluster %q: %w", name, ErrClusterUnreachable)
+	}
+	return fmt.Errorf("cluster %q: %w: %w", name, ErrClusterUnreachable, cause)
+}
+
 // ListError reports the clusters a fleet-wide List could not read. The list
-// passed to List still holds the items of every cluster that answered.
+// passed to List still holds the items of every cluster that answered, so a
+// caller may use them after checking which clusters are missing. Pass
+// &Partial{} to List to get those items with a nil error instead.
 type ListError struct {
 	// Failed maps each cluster that failed to its error.
 	Failed map[string]error
@@ -53,7 +71,13 @@ func (e *ListError) Error() string {
 		if i > 0 {
 			b.WriteString(";")
 		}
-		fmt.Fprintf(&b, " cluster %q: %v", n, e.Failed[n])
+		// Most per-cluster errors name their cluster already.
+		msg := fmt.Sprint(e.Failed[n])
+		if prefix := fmt.Sprintf("cluster %q: ", n); !strings.HasPrefix(msg, prefix) {
+			msg = prefix + msg
+		}
+		b.WriteString(" ")
+		b.WriteString(msg)
 	}
 	return b.String()
 }

@@ -3,10 +3,16 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"reflect"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -18,9 +24,11 @@ import (
 //
 //	var partial client.Partial
 //	err := c.List(ctx, &pods, &partial)
-//	// err == nil; partial.Failed names the clusters that did not answer.
+//	// err is nil unless ctx ended; partial.Failed names the clusters
+//	// that could not be read, and pods holds the items of the others.
 //
-// Listing one cluster ignores it.
+// A List of one cluster (ctx names it) only resets Failed: its error is
+// returned as is.
 type Partial struct {
 	// Failed maps each cluster that could not be listed to its error. It is
 	// reset by every List.
@@ -31,83 +39,144 @@ type Partial struct {
 // request sent to each cluster.
 func (*Partial) ApplyToList(*crclient.ListOptions) {}
 
-// listFleet lists every Ready cluster (or the subset set with
+var (
+	// errRouteEnded is the cause given to a cluster's List when the
+	// cluster leaves the fleet (or restarts) while the List waits for it.
+	errRouteEnded = errors.New("cluster left the fleet or restarted during the List")
+	// errLeftFleet marks a cluster deleted during the List: not a failure.
+	errLeftFleet = errors.New("cluster left the fleet")
+)
+
+// listFleet lists every cluster of the fleet (or the subset set with
 // known.WithClusters) concurrently and merges the items, marking each with
 // known.ClusterAnnotation.
 func (c *Client) listFleet(ctx context.Context, list crclient.ObjectList, opts []crclient.ListOption) error {
 	var partial *Partial
 	var lo crclient.ListOptions
-	fwd := make([]crclient.ListOption, 0, len(opts))
 	for _, o := range opts {
 		if p, ok := o.(*Partial); ok {
 			partial = p
 			continue
 		}
 		o.ApplyToList(&lo)
-		fwd = append(fwd, o)
 	}
 	if lo.Limit > 0 || lo.Continue != "" {
 		return ErrFleetPagination
 	}
+	fwd := opts
 	if partial != nil {
 		partial.Failed = nil
+		// Members must not see the option; copy only when it is there.
+		fwd = slices.DeleteFunc(slices.Clone(opts), func(o crclient.ListOption) bool {
+			_, ok := o.(*Partial)
+			return ok
+		})
 	}
+	shared := lo.UnsafeDisableDeepCopy != nil && *lo.UnsafeDisableDeepCopy
 
-	targets, failed := c.targets(ctx)
-	total := len(targets) + len(failed)
-	lists := make([]crclient.ObjectList, len(targets))
-	errs := make([]error, len(targets))
-	listOne := func(i int) {
-		lists[i] = emptyListLike(list)
-		errs[i] = targets[i].Client.List(ctx, lists[i], fwd...)
-	}
-	if len(targets) == 1 {
-		listOne(0)
-	} else {
-		var wg sync.WaitGroup
-		for i := range targets {
-			wg.Go(func() { listOne(i) })
-		}
-		wg.Wait()
-	}
-
-	// A cluster removed from the fleet while the List ran is no longer part
-	// of the answer; its error (a stopped cache) is not the caller's problem.
-	for i, err := range errs {
-		if err == nil {
-			continue
-		}
-		if _, lookErr := c.fleet.Cluster(targets[i].Name); errors.Is(lookErr, ErrClusterNotFound) {
-			lists[i] = nil
-			continue
-		}
+	targets := c.targets(ctx)
+	var failed map[string]error
+	fail := func(name string, err error) {
 		if failed == nil {
 			failed = map[string]error{}
 		}
-		failed[targets[i].Name] = err
-		lists[i] = nil
+		failed[name] = err
 	}
-
-	copyItems := lo.UnsafeDisableDeepCopy != nil && *lo.UnsafeDisableDeepCopy
-	var items []runtime.Object
-	for i, l := range lists {
-		if l == nil {
+	// live holds the indexes of the targets to ask, in name order.
+	live := make([]int, 0, len(targets))
+	for i, m := range targets {
+		if m.Err != nil {
+			fail(m.Name, m.Err)
 			continue
 		}
-		part, err := meta.ExtractList(l)
-		if err != nil {
-			return err
-		}
-		for _, obj := range part {
-			if copyItems {
-				// The items are the cache's own objects; mark a copy.
-				obj = obj.DeepCopyObject()
-			}
-			markCluster(obj, targets[i].Name)
-			items = append(items, obj)
+		live = append(live, i)
+	}
+
+	// The first live cluster lists straight into the caller's list (no copy
+	// for the common one-cluster case); the others into lists of the same
+	// type, merged afterwards.
+	// The scratch lists are made before any List runs: a member's List may
+	// write the caller's list's kind while they are being made otherwise.
+	lists := make([]crclient.ObjectList, len(live))
+	for j := range lists {
+		if j == 0 {
+			lists[j] = list
+		} else {
+			lists[j] = emptyListLike(list)
 		}
 	}
-	if err := meta.SetList(list, items); err != nil {
+	errs := make([]error, len(live))
+	listOne := func(j int) {
+		m := targets[live[j]]
+		for retried := false; ; retried = true {
+			lctx, done := routeContext(ctx, m.Context)
+			err := m.Client.List(lctx, lists[j], fwd...)
+			done()
+			if err == nil {
+				errs[j] = markItems(lists[j], m.Name, shared)
+				return
+			}
+			errs[j] = err
+			if m.Context == nil || m.Context.Err() == nil || ctx.Err() != nil || retried {
+				return
+			}
+			// The cluster left the fleet or restarted while we listed it.
+			// Deleted: it is no longer part of the answer, and its error (a
+			// stopped cache) is not the caller's problem. Restarted: ask the
+			// new Manager, once.
+			now, ok := c.member(m.Name)
+			switch {
+			case !ok:
+				errs[j] = errLeftFleet
+				return
+			case now.Err != nil:
+				errs[j] = now.Err
+				return
+			}
+			m = now
+		}
+	}
+	// The caller works through the clusters itself, helped by one
+	// goroutine per other cluster taking the next one not yet taken. Cached
+	// Lists (CPU only) end up on as many goroutines as there are CPUs free
+	// to run them, the rest of the helpers finding nothing left to do;
+	// Lists that wait on the network each get a goroutine of their own.
+	switch len(live) {
+	case 0:
+	case 1:
+		listOne(0)
+	default:
+		var next atomic.Int32
+		work := func() {
+			for j := int(next.Add(1)) - 1; j < len(live); j = int(next.Add(1)) - 1 {
+				listOne(j)
+			}
+		}
+		var wg sync.WaitGroup
+		for range len(live) - 1 {
+			wg.Go(work)
+		}
+		work()
+		wg.Wait()
+	}
+
+	if len(live) == 0 || errs[0] != nil {
+		// Whatever the failed List left in the caller's list is not part of
+		// the answer.
+		if err := meta.SetList(list, nil); err != nil {
+			return err
+		}
+	}
+	for j, err := range errs {
+		if err == nil {
+			continue
+		}
+		lists[j] = nil
+		if err != errLeftFleet {
+			fail(targets[live[j]].Name, err)
+		}
+	}
+	if err := mergeInto(list, lists); err != nil {
 		return err
 	}
 	// A resourceVersion or continue token of one cluster means nothing for
@@ -121,40 +190,66 @@ func (c *Client) listFleet(ctx context.Context, list crclient.ObjectList, opts [
 	if len(failed) == 0 {
 		return nil
 	}
+	if ctx.Err() != nil {
+		// The caller gave up; that is no cluster's failure.
+		return fmt.Errorf("fleet-wide List: %w", context.Cause(ctx))
+	}
 	if partial != nil {
 		partial.Failed = failed
 		return nil
 	}
-	return &ListError{Failed: failed, Total: total}
+	return &ListError{Failed: failed, Total: len(targets)}
 }
 
-// targets resolves which clusters a fleet-wide List reads. Clusters named
-// with known.WithClusters that cannot be read are returned as failures.
-func (c *Client) targets(ctx context.Context) ([]Member, map[string]error) {
+// routeContext returns a context that ends with ctx or when the cluster's
+// route does, so that a List waiting on a cluster being deleted (a cache
+// that will never sync) returns instead of waiting for the caller's
+// deadline.
+func routeContext(ctx, route context.Context) (context.Context, func()) {
+	if route == nil {
+		return ctx, func() {}
+	}
+	lctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(route, func() { cancel(errRouteEnded) })
+	return lctx, func() {
+		stop()
+		cancel(nil)
+	}
+}
+
+// targets resolves which clusters a fleet-wide List reads, sorted by name:
+// the whole fleet, or the clusters named with known.WithClusters (an
+// unknown name becomes a target that fails with ErrClusterNotFound).
+func (c *Client) targets(ctx context.Context) []Member {
+	all := c.fleet.Members()
 	names, subset := known.ClustersFrom(ctx)
 	if !subset {
-		return c.fleet.ReadyClusters(), nil
+		return all
 	}
-	var out []Member
-	var failed map[string]error
-	seen := make(map[string]bool, len(names))
+	names = slices.Compact(slices.Sorted(slices.Values(names)))
+	out := make([]Member, 0, len(names))
 	for _, n := range names {
-		if seen[n] {
+		i, ok := slices.BinarySearchFunc(all, n, byName)
+		if !ok {
+			out = append(out, Member{Name: n, Err: NotFound(n)})
 			continue
 		}
-		seen[n] = true
-		cl, err := c.fleet.Cluster(n)
-		if err != nil {
-			if failed == nil {
-				failed = map[string]error{}
-			}
-			failed[n] = err
-			continue
-		}
-		out = append(out, Member{Name: n, Client: cl})
+		out = append(out, all[i])
 	}
-	return out, failed
+	return out
 }
+
+// member returns the fleet's current entry for name.
+func (c *Client) member(name string) (Member, bool) {
+	all := c.fleet.Members()
+	i, ok := slices.BinarySearchFunc(all, name, byName)
+	if !ok {
+		return Member{}, false
+	}
+	return all[i], true
+}
+
+func byName(m Member, name string) int { return strings.Compare(m.Name, name) }
 
 // emptyListLike returns a new, empty list of list's type and kind (the kind
 // matters for unstructured and metadata-only lists).
@@ -165,15 +260,101 @@ func emptyListLike(list crclient.ObjectList) crclient.ObjectList {
 	return out
 }
 
-func markCluster(obj runtime.Object, cluster string) {
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return
-	}
+// markItems sets known.ClusterAnnotation on every item of l. With shared
+// set (client.UnsafeDisableDeepCopy), the items share their maps with the
+// member's cache, so they are copied before being written to.
+func markItems(l crclient.ObjectList, cluster string, shared bool) error {
+	return meta.EachListItem(l, func(obj runtime.Object) error {
+		if u, ok := obj.(*unstructured.Unstructured); ok && shared {
+			u.Object = runtime.DeepCopyJSON(u.Object)
+			markObject(u, cluster, false)
+			return nil
+		}
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return err
+		}
+		markObject(m, cluster, shared)
+		return nil
+	})
+}
+
+func markObject(m interface {
+	GetAnnotations() map[string]string
+	SetAnnotations(map[string]string)
+}, cluster string, shared bool) {
 	a := m.GetAnnotations()
-	if a == nil {
+	switch {
+	case a == nil:
 		a = make(map[string]string, 1)
+	case shared:
+		a = maps.Clone(a)
 	}
 	a[known.ClusterAnnotation] = cluster
 	m.SetAnnotations(a)
+}
+
+// mergeInto appends the items of lists[1:] to those of lists[0], which is
+// dst itself (or nil when its List failed; dst was emptied then).
+func mergeInto(dst crclient.ObjectList, lists []crclient.ObjectList) error {
+	n := 0
+	for _, l := range lists[min(1, len(lists)):] {
+		if l != nil {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	if items, ok := itemsField(dst); ok {
+		total := items.Len()
+		parts := make([]reflect.Value, 0, n)
+		for _, l := range lists[1:] {
+			if l == nil {
+				continue
+			}
+			p, _ := itemsField(l)
+			parts = append(parts, p)
+			total += p.Len()
+		}
+		merged := items
+		if total > items.Cap() {
+			merged = reflect.MakeSlice(items.Type(), items.Len(), total)
+			reflect.Copy(merged, items)
+		}
+		for _, p := range parts {
+			merged = reflect.AppendSlice(merged, p)
+		}
+		items.Set(merged)
+		return nil
+	}
+	// A list type without an Items slice: go through runtime.Objects.
+	all, err := meta.ExtractList(dst)
+	if err != nil {
+		return err
+	}
+	for _, l := range lists[1:] {
+		if l == nil {
+			continue
+		}
+		part, err := meta.ExtractList(l)
+		if err != nil {
+			return err
+		}
+		all = append(all, part...)
+	}
+	return meta.SetList(dst, all)
+}
+
+// itemsField returns the settable Items slice of a list struct.
+func itemsField(l crclient.ObjectList) (reflect.Value, bool) {
+	v := reflect.ValueOf(l)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return reflect.Value{}, false
+	}
+	f := v.Elem().FieldByName("Items")
+	if !f.IsValid() || f.Kind() != reflect.Slice || !f.CanSet() {
+		return reflect.Value{}, false
+	}
+	return f, true
 }

@@ -4,20 +4,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/internal/conntrack"
+	membermgr "github.com/mccr-dev/mccr/internal/member"
 	"github.com/mccr-dev/mccr/known"
 )
 
@@ -43,9 +50,9 @@ type member struct {
 
 	mu      sync.Mutex // guards the fields below; never held while waiting
 	status  ClusterStatus
-	mgr     *memberManager // the running attempt's Manager, nil between attempts
-	applied int            // setups applied to mgr
-	fail    chan error     // the running attempt's failure signal
+	mgr     *membermgr.Manager // the running attempt's Manager, nil between attempts
+	applied int                // setups applied to mgr
+	end     *stopper           // ends the running attempt
 }
 
 func newMember(s *Server, nc *config.NamedConfig, fp string, after <-chan struct{}) *member {
@@ -63,9 +70,9 @@ func newMember(s *Server, nc *config.NamedConfig, fp string, after <-chan struct
 func (m *member) start(parent context.Context) {
 	ctx, cancel := context.WithCancel(parent)
 	m.started, m.cancel = true, cancel
-	m.s.wg.Add(1)
+	m.s.memberWG.Add(1)
 	go func() {
-		defer m.s.wg.Done()
+		defer m.s.memberWG.Done()
 		defer close(m.done)
 		defer cancel()
 		m.run(ctx)
@@ -105,6 +112,9 @@ func (m *member) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, errReconnected) {
+			continue
+		}
 		if wasReady {
 			backoff = m.s.opts.Backoff
 		}
@@ -125,74 +135,95 @@ func (m *member) run(ctx context.Context) {
 func (m *member) attempt(ctx context.Context) (wasReady bool, err error) {
 	begin := time.Now()
 	m.setPhase(PhaseStarting, nil)
-	// Everything this attempt opens is closed when it ends (deferred first,
-	// so it runs after the Manager has stopped).
-	cfg, conns := conntrack.Wrap(m.cfg.Config)
-	defer conns.Close()
+	// The attempt's connections are released when it ends (deferred first,
+	// so after the Manager has stopped).
+	lease, err := m.s.conns.Acquire(m.cfg.Config)
+	if err != nil {
+		return false, err
+	}
+	defer lease.Release()
+	cfg := lease.Config
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	end := &stopper{ctx: actx, cancel: cancel, cfg: cfg}
+	// client-go retries a refused or reset connection without telling
+	// anyone, so every request of the member reports its transport errors.
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return &reachTransport{next: rt, onError: func(err error) { m.connectionError(err, end) }}
+	})
 	if err := probe(ctx, cfg, m.s.opts.ProbeTimeout); err != nil {
 		return false, err
 	}
 
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	fail := make(chan error, 1)
-	mgr, err := m.build(cfg, fail)
+	mgr, err := m.build(lease, end)
 	if err != nil {
 		return false, err
 	}
 	defer m.clearManager()
 
+	// Calls aimed at the cluster reach its Manager from now on (its
+	// controllers may reconcile before every cache has synced); fleet-wide
+	// Lists count it once it is Ready.
+	m.s.setRoute(m, mgr.GetClient(), false)
 	m.setPhase(PhaseSyncing, nil)
-	mgrDone := make(chan error, 1)
-	go func() { mgrDone <- mgr.Manager.Start(actx) }()
-	// stopManager cancels the attempt and waits for the Manager to return.
-	stopManager := func() error { cancel(); return <-mgrDone }
-
-	syncCtx, syncCancel := context.WithTimeout(actx, m.s.opts.CacheSyncTimeout)
-	synced := make(chan bool, 1)
+	// The sync watcher lives only until the member is Ready (or the
+	// attempt ends); the attempt's own goroutine runs the Manager.
+	var ready atomic.Bool
+	syncDone := make(chan struct{})
 	go func() {
-		synced <- mgr.GetCache().WaitForCacheSync(syncCtx) && mgr.synced.wait(syncCtx)
+		defer close(syncDone)
+		sctx, scancel := context.WithTimeout(actx, m.s.opts.CacheSyncTimeout)
+		defer scancel()
+		if mgr.WaitForSync(sctx) {
+			ready.Store(true)
+			m.ready(mgr, time.Since(begin))
+			return
+		}
+		if actx.Err() == nil {
+			end.stop(fmt.Errorf("caches not synced within %s: %w", m.s.opts.CacheSyncTimeout, m.lastErrorOr(context.DeadlineExceeded)))
+		}
 	}()
-	select {
-	case ok := <-synced:
-		syncCancel()
-		if !ok {
-			_ = stopManager()
-			if ctx.Err() != nil {
-				return false, nil
-			}
-			return false, fmt.Errorf("caches not synced within %s: %w", m.s.opts.CacheSyncTimeout, m.lastErrorOr(context.DeadlineExceeded))
-		}
-	case err := <-mgrDone:
-		syncCancel()
-		<-synced
-		if ctx.Err() != nil {
-			return false, nil
-		}
-		return false, managerStopped(err)
-	case err := <-fail:
-		syncCancel()
-		<-synced
-		_ = stopManager()
-		return false, err
+	err = mgr.Start(actx)
+	cancel()
+	<-syncDone
+	end.wg.Wait()
+	m.s.setRoute(m, nil, false)
+	switch {
+	case ctx.Err() != nil:
+		return ready.Load(), nil
+	case end.reason() != nil:
+		return ready.Load(), end.reason()
 	}
+	return ready.Load(), managerStopped(err)
+}
 
-	m.ready(mgr, time.Since(begin))
-	defer m.s.setRoute(m, nil)
-	select {
-	case err := <-mgrDone:
-		if ctx.Err() != nil {
-			return true, nil
-		}
-		return true, managerStopped(err)
-	case err := <-fail:
-		m.s.setRoute(m, nil)
-		_ = stopManager()
-		return true, err
-	case <-ctx.Done():
-		m.s.setRoute(m, nil)
-		return true, stopManager()
+// stopper ends an attempt early and remembers the first reason. It also
+// carries what the attempt's helpers need: its context and config, and a
+// WaitGroup the attempt waits on before it returns.
+type stopper struct {
+	ctx      context.Context
+	cancel   context.CancelFunc
+	cfg      *rest.Config
+	wg       sync.WaitGroup
+	watching bool // an outage watch runs; guarded by member.mu
+
+	mu  sync.Mutex
+	err error
+}
+
+func (s *stopper) stop(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
 	}
+	s.mu.Unlock()
+	s.cancel()
+}
+
+func (s *stopper) reason() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
 }
 
 func managerStopped(err error) error {
@@ -204,17 +235,9 @@ func managerStopped(err error) error {
 
 // build creates the member's Manager for this attempt and runs every
 // reconciler setup on it.
-func (m *member) build(cfg *rest.Config, fail chan error) (*memberManager, error) {
+func (m *member) build(lease *conntrack.Lease, end *stopper) (*membermgr.Manager, error) {
 	o := m.s.memberOpts
-	o.Logger = m.log
-	if o.Controller.Logger.GetSink() != nil {
-		o.Controller.Logger = o.Controller.Logger.WithValues("cluster", m.name)
-	}
 	name, log := m.name, m.log
-	o.BaseContext = func() context.Context {
-		return known.WithCluster(logr.NewContext(context.Background(), log), name)
-	}
-	o.NewCache = newSyncNotifyingCache(o.NewCache)
 	userHandler := o.Cache.DefaultWatchErrorHandler
 	o.Cache.DefaultWatchErrorHandler = func(ctx context.Context, r *toolscache.Reflector, err error) {
 		if userHandler != nil {
@@ -222,21 +245,46 @@ func (m *member) build(cfg *rest.Config, fail chan error) (*memberManager, error
 		} else {
 			toolscache.DefaultWatchErrorHandler(ctx, r, err)
 		}
-		m.watchError(err, fail)
+		m.watchError(err, end)
 	}
-	mgr, err := ctrl.NewManager(cfg, o)
+	cl, err := cluster.New(lease.Config, func(co *cluster.Options) {
+		co.Scheme = o.Scheme
+		co.MapperProvider = o.MapperProvider
+		if o.MapperProvider == nil {
+			// Names that reach one API server as one user share its mapper.
+			co.MapperProvider = lease.MapperProvider(nil)
+		}
+		co.Logger = log
+		co.Cache = o.Cache
+		co.NewCache = newSyncNotifyingCache(o.NewCache)
+		co.Client = o.Client
+		co.NewClient = o.NewClient
+	})
 	if err != nil {
-		return nil, fmt.Errorf("creating manager: %w", err)
+		return nil, fmt.Errorf("creating cluster: %w", err)
 	}
-	mm := &memberManager{Manager: mgr, synced: &syncTracker{}}
+	ctrlOpts := o.Controller
+	if ctrlOpts.Logger.GetSink() != nil {
+		ctrlOpts.Logger = ctrlOpts.Logger.WithValues("cluster", name)
+	} else {
+		ctrlOpts.Logger = log
+	}
+	mgr := membermgr.New(cl, membermgr.Options{
+		Logger:     log,
+		Controller: ctrlOpts,
+		BaseContext: func() context.Context {
+			return known.WithCluster(logr.NewContext(context.Background(), log), name)
+		},
+		GracefulShutdownTimeout: ptr.Deref(o.GracefulShutdownTimeout, 30*time.Second),
+	})
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.mgr, m.applied, m.fail = mm, 0, fail
+	m.mgr, m.applied, m.end = mgr, 0, end
 	if err := m.applySetupsLocked(); err != nil {
-		m.mgr, m.fail = nil, nil
+		m.mgr, m.end = nil, nil
 		return nil, err
 	}
-	return mm, nil
+	return mgr, nil
 }
 
 // applySetupsLocked runs the setups this member's Manager has not seen yet.
@@ -264,10 +312,7 @@ func (m *member) applyNewSetups() {
 		return // the next attempt's build runs every setup
 	}
 	if err := m.applySetupsLocked(); err != nil {
-		select {
-		case m.fail <- err:
-		default:
-		}
+		m.end.stop(err)
 	}
 }
 
@@ -284,22 +329,101 @@ func callSetup(setup func(ctrl.Manager) error, mgr manager.Manager) (err error) 
 // credentials fail the member (its Manager could only ever see stale data);
 // anything else (a restarting API server, a network blip) is recorded while
 // the informers retry by themselves.
-func (m *member) watchError(err error, fail chan<- error) {
+func (m *member) watchError(err error, end *stopper) {
 	if apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
-		select {
-		case fail <- fmt.Errorf("credentials rejected: %w", err):
-		default:
-		}
+		end.stop(fmt.Errorf("credentials rejected: %w", err))
 		return
 	}
 	m.mu.Lock()
 	m.status.LastError = err
 	m.mu.Unlock()
+	if isConnectionError(err) {
+		m.connectionError(err, end)
+	}
+}
+
+// connectionError starts watching for an outage when a Ready member loses
+// its connection to its API server.
+func (m *member) connectionError(err error, end *stopper) {
+	m.mu.Lock()
+	watch := m.status.Phase == PhaseReady && !end.watching
+	if watch {
+		end.watching = true
+	}
+	m.mu.Unlock()
+	if watch {
+		end.wg.Go(func() { m.watchOutage(end) })
+	}
+}
+
+// reachTransport reports transport errors (no answer at all, as opposed to
+// an error answer) of requests that were not cancelled by their caller.
+type reachTransport struct {
+	next    http.RoundTripper
+	onError func(error)
+}
+
+func (r *reachTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := r.next.RoundTrip(req)
+	if err != nil && req.Context().Err() == nil {
+		r.onError(err)
+	}
+	return resp, err
+}
+
+// WrappedRoundTripper lets client-go's helpers (closing idle connections)
+// see through the wrapper.
+func (r *reachTransport) WrappedRoundTripper() http.RoundTripper { return r.next }
+
+// errReconnected ends an attempt whose API server answers again after an
+// outage. The member restarts at once, with fresh lists, rather than wait
+// for client-go's reflectors, whose retry backoff grows to 30s.
+var errReconnected = errors.New("API server reachable again; restarting to resync")
+
+// watchOutage probes a Ready member's API server after a connection error.
+// If it does not answer, the member is Unreachable until it does, and then
+// restarts. A passing blip (the first probe answers) changes nothing.
+func (m *member) watchOutage(end *stopper) {
+	defer func() {
+		m.mu.Lock()
+		end.watching = false
+		m.mu.Unlock()
+	}()
+	t := time.NewTicker(m.s.opts.OutageProbeInterval)
+	defer t.Stop()
+	down := false
+	for {
+		select {
+		case <-end.ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := probe(end.ctx, end.cfg, m.s.opts.ProbeTimeout)
+		switch {
+		case err != nil && !down:
+			down = true
+			m.setPhase(PhaseUnreachable, err)
+			m.s.setUnreachable(m, err)
+			clusterReady.WithLabelValues(m.name).Set(0)
+			m.log.Error(err, "cluster unreachable; serving from cache until it answers")
+		case err == nil && down:
+			m.log.Info("cluster reachable again; restarting it to resync")
+			end.stop(errReconnected)
+			return
+		case err == nil:
+			return
+		}
+	}
+}
+
+func isConnectionError(err error) bool {
+	var netErr net.Error
+	return errors.As(err, &netErr) || utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err)
 }
 
 func (m *member) clearManager() {
 	m.mu.Lock()
-	m.mgr, m.fail = nil, nil
+	m.mgr, m.end = nil, nil
 	m.mu.Unlock()
 }
 
@@ -309,16 +433,16 @@ func (m *member) manager() manager.Manager {
 	if m.mgr == nil || m.status.Phase != PhaseReady {
 		return nil
 	}
-	return m.mgr.Manager
+	return m.mgr
 }
 
-func (m *member) ready(mgr *memberManager, took time.Duration) {
+func (m *member) ready(mgr *membermgr.Manager, took time.Duration) {
 	m.mu.Lock()
 	m.status.Phase, m.status.Since = PhaseReady, time.Now()
 	m.status.LastError, m.status.NextRetry = nil, time.Time{}
 	m.status.TimeToReady = took
 	m.mu.Unlock()
-	m.s.setRoute(m, mgr.GetClient())
+	m.s.setRoute(m, mgr.GetClient(), true)
 	clusterReady.WithLabelValues(m.name).Set(1)
 	clusterTimeToReady.WithLabelValues(m.name).Set(took.Seconds())
 	m.log.Info("cluster ready", "took", took.Round(time.Millisecond))

@@ -8,7 +8,6 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
 // Options tunes how the Server runs its member clusters. Everything the host
@@ -27,6 +26,11 @@ type Options struct {
 	// Duration, capped at Cap. Reset once the member was Ready. Default 1s
 	// doubling to at most 1m, with 20% jitter.
 	Backoff wait.Backoff
+
+	// OutageProbeInterval is how often a Ready member whose watches lost
+	// their connection probes its API server, to restart the member as soon
+	// as it answers again. Default 500ms.
+	OutageProbeInterval time.Duration
 
 	// StopTimeout bounds how long Delete and Update wait for a member's
 	// Manager to stop. Default: the Manager's GracefulShutdownTimeout plus
@@ -50,6 +54,9 @@ func (o *Options) defaults(gracefulShutdown *time.Duration) {
 	if o.Backoff.Steps <= 0 {
 		o.Backoff.Steps = math.MaxInt32
 	}
+	if o.OutageProbeInterval <= 0 {
+		o.OutageProbeInterval = 500 * time.Millisecond
+	}
 	if o.StopTimeout <= 0 {
 		o.StopTimeout = 30*time.Second + 5*time.Second
 		if gracefulShutdown != nil && *gracefulShutdown >= 0 {
@@ -69,26 +76,25 @@ func hostOptions(o ctrl.Options) ctrl.Options {
 	return o
 }
 
-// memberOptions derives a member Manager's options from the user's: the
-// same scheme, cache and client settings, controller defaults and logger,
-// but none of the host-only parts. Members serve no metrics, probes, pprof
-// or webhooks and run no leader election of their own: they only run while
-// the host Manager leads.
+// memberOptions derives what member Managers share from the user's
+// options: scheme, cache and client settings, controller defaults. The
+// host-only parts (metrics, probes, pprof, webhooks, leader election) have
+// no counterpart in a member Manager at all.
 func memberOptions(o ctrl.Options) ctrl.Options {
-	o.Metrics = metricsserver.Options{BindAddress: "0"}
-	o.HealthProbeBindAddress = "0"
-	o.PprofBindAddress = "0"
-	o.LeaderElection = false
-	o.LeaderElectionConfig = nil
-	o.LeaderElectionResourceLockInterface = nil
-	o.WebhookServer = noWebhooks{}
-	o.BaseContext = nil
 	// The same SetupWithManager runs once per member, so the same
 	// controller name exists once per member in this process.
 	o.Controller.SkipNameValidation = ptr.To(true)
-	// Controllers start their sources in the warm-up phase, which lets the
-	// member tell when every controller's caches are synced (see
-	// syncTracker).
-	o.Controller.EnableWarmup = ptr.To(true)
+	// Controllers start their sources in a warm-up step, which tells the
+	// member when every controller has synced.
+	if o.Controller.EnableWarmup == nil {
+		o.Controller.EnableWarmup = ptr.To(true)
+	}
+	// controller-runtime's priority queue runs five goroutines per
+	// controller; its ordering (fresh events before the initial list) pays
+	// off for very large caches. In a member of a fleet the classic queue,
+	// with two, is the default; set UsePriorityQueue to choose.
+	if o.Controller.UsePriorityQueue == nil {
+		o.Controller.UsePriorityQueue = ptr.To(false)
+	}
 	return o
 }

@@ -45,8 +45,11 @@ var (
 // Manager per member cluster, each running every registered reconciler
 // setup. See the package documentation.
 type Server struct {
-	host       manager.Manager
-	hostConns  *conntrack.Tracker
+	host        manager.Manager
+	releaseHost func()
+	// conns shares connections among members (and the host) that reach the
+	// same API server, and closes them when the last one stops.
+	conns      conntrack.Pool
 	memberOpts ctrl.Options
 	opts       Options
 	log        logr.Logger
@@ -64,7 +67,8 @@ type Server struct {
 	werrs    watchErrors
 	watchWG  sync.WaitGroup
 
-	wg sync.WaitGroup // every member goroutine and the fleet runnable
+	wg       sync.WaitGroup // the fleet runnable
+	memberWG sync.WaitGroup // every member goroutine
 }
 
 // NewServer creates a Server whose host Manager runs against cfg with the
@@ -77,9 +81,14 @@ func NewServer(cfg *rest.Config, opts ctrl.Options, options ...Option) (*Server,
 		return nil, errors.New("server: host config is nil")
 	}
 	opts = hostOptions(opts)
-	cfg, conns := conntrack.Wrap(cfg)
-	host, err := ctrl.NewManager(cfg, opts)
+	s := &Server{members: map[string]*member{}, prev: map[string]<-chan struct{}{}}
+	lease, err := s.conns.Acquire(cfg)
 	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	host, err := ctrl.NewManager(lease.Config, opts)
+	if err != nil {
+		lease.Release()
 		return nil, fmt.Errorf("server: creating host manager: %w", err)
 	}
 	var o Options
@@ -88,15 +97,9 @@ func NewServer(cfg *rest.Config, opts ctrl.Options, options ...Option) (*Server,
 	}
 	o.defaults(opts.GracefulShutdownTimeout)
 	registerMetrics()
-	s := &Server{
-		host:       host,
-		hostConns:  conns,
-		memberOpts: memberOptions(opts),
-		opts:       o,
-		log:        opts.Logger.WithName("mccr"),
-		members:    map[string]*member{},
-		prev:       map[string]<-chan struct{}{},
-	}
+	s.host, s.releaseHost = host, lease.Release
+	s.memberOpts, s.opts = memberOptions(opts), o
+	s.log = opts.Logger.WithName("mccr")
 	s.client = mcclient.New(&s.routes, mcclient.Options{Scheme: host.GetScheme(), RESTMapper: host.GetRESTMapper()})
 	if err := host.Add(fleetRunnable{s}); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
@@ -188,7 +191,7 @@ func (s *Server) addLocked(nc *config.NamedConfig, fp string) {
 	m := newMember(s, nc, fp, s.prev[nc.Name])
 	delete(s.prev, nc.Name)
 	s.members[nc.Name] = m
-	s.routes.Set(nc.Name, nil)
+	s.routes.Set(nc.Name, nil, false)
 	if s.runCtx != nil && s.runCtx.Err() == nil {
 		m.start(s.runCtx)
 	}
@@ -210,13 +213,23 @@ func (s *Server) waitStopped(m *member) error {
 	}
 }
 
-// setRoute points the fan-out client at c for m's cluster, as long as m is
-// still the member of that name.
-func (s *Server) setRoute(m *member, c crclient.Client) {
+// setRoute points the fan-out client at c for m's cluster (ready: for
+// fleet-wide Lists too), as long as m is still the member of that name.
+func (s *Server) setRoute(m *member, c crclient.Client, ready bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.members[m.name] == m {
-		s.routes.Set(m.name, c)
+		s.routes.Set(m.name, c, ready)
+	}
+}
+
+// setUnreachable marks (err != nil) or clears m's cluster as unreachable for
+// fleet-wide Lists, as long as m is still the member of that name.
+func (s *Server) setUnreachable(m *member, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.members[m.name] == m {
+		s.routes.SetUnreachable(m.name, err)
 	}
 }
 
@@ -262,7 +275,8 @@ func (s *Server) Start(ctx context.Context) error {
 	err := s.host.Start(ctx)
 	s.stopWatchers()
 	s.wg.Wait()
-	s.hostConns.Close()
+	s.memberWG.Wait()
+	s.releaseHost()
 	return err
 }
 
@@ -290,6 +304,10 @@ func (r fleetRunnable) Start(ctx context.Context) error {
 	s.runCtx = nil
 	s.mu.Unlock()
 	s.log.Info("stopping members")
+	// Return (and so let the host Manager release its lease) only once every
+	// member has stopped, so that a new leader never runs a member while this
+	// one still does.
+	s.memberWG.Wait()
 	return nil
 }
 

@@ -20,6 +20,11 @@ const (
 	// PhaseReady: caches synced, controllers reconciling, the fan-out client
 	// routes to it.
 	PhaseReady Phase = "Ready"
+	// PhaseUnreachable: the member was Ready, then its API server stopped
+	// answering. Its caches still serve what they last saw (fleet-wide Lists
+	// report it as failed); once the API server answers, the member restarts
+	// to resync, by itself.
+	PhaseUnreachable Phase = "Unreachable"
 	// PhaseFailed: the last start failed or the member lost its credentials;
 	// it is retried at NextRetry.
 	PhaseFailed Phase = "Failed"

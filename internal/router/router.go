@@ -3,10 +3,12 @@
 //
 // Reads are a single atomic load of an immutable snapshot, so the hot path
 // takes no lock and never waits for a writer. Writers (cluster lifecycle
-// events, rare) copy the snapshot under a mutex and swap it in.
+// events and reachability changes, both rare) copy the snapshot under a
+// mutex and swap it in.
 package router
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"sync"
@@ -17,9 +19,27 @@ import (
 	"github.com/mccr-dev/mccr/client"
 )
 
+// route is one cluster's entry. A route is immutable once published; a
+// change makes a new one.
+type route struct {
+	client crclient.Client // nil: no running Manager
+	// ready is false while the Manager behind client is still syncing:
+	// calls aimed at the cluster go to it (its controllers run already),
+	// but fleet-wide Lists count it as not Ready.
+	ready bool
+	// ctx ends when client stops being the cluster's route (replaced,
+	// removed, or no longer Ready). Nil when client is.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// unreachable is the error that made the cluster's API server count as
+	// unreachable, nil while it is reachable.
+	unreachable error
+}
+
 type snapshot struct {
-	routes map[string]crclient.Client // nil: not Ready
-	ready  []client.Member            // sorted by name
+	routes  map[string]*route
+	members []client.Member // every cluster, sorted by name
+	ready   []client.Member // the Ready ones, sorted by name
 }
 
 // Table maps cluster names to clients. The zero value is an empty table. It
@@ -40,59 +60,128 @@ func (t *Table) load() *snapshot {
 	return empty
 }
 
-// Cluster returns the client of a Ready cluster.
+// Cluster returns the client of a Ready cluster. A cluster marked
+// unreachable still has one: single-cluster calls go to it as they would
+// to a single-cluster Manager whose API server is down.
 func (t *Table) Cluster(name string) (crclient.Client, error) {
-	c, ok := t.load().routes[name]
+	r, ok := t.load().routes[name]
 	switch {
 	case !ok:
 		return nil, client.NotFound(name)
-	case c == nil:
+	case r.client == nil:
 		return nil, client.NotReady(name)
 	}
-	return c, nil
+	return r.client, nil
 }
 
-// ReadyClusters returns the Ready clusters, sorted by name.
+// Members returns every cluster, Ready or not, sorted by name.
+func (t *Table) Members() []client.Member { return t.load().members }
+
+// ReadyClusters returns the clusters that are Ready and reachable, sorted by
+// name.
 func (t *Table) ReadyClusters() []client.Member { return t.load().ready }
 
 // Names returns every known cluster name, Ready or not, sorted.
 func (t *Table) Names() []string {
-	s := t.load()
-	names := make([]string, 0, len(s.routes))
-	for n := range s.routes {
-		names = append(names, n)
+	members := t.load().members
+	names := make([]string, len(members))
+	for i, m := range members {
+		names[i] = m.Name
 	}
-	slices.Sort(names)
 	return names
 }
 
-// Set records name with c as its client; nil means known but not Ready.
-// Callers serialise Set and Remove for one name themselves (the Server does
-// so under its lock), so the table needs no notion of ownership.
-func (t *Table) Set(name string, c crclient.Client) {
-	t.update(func(m map[string]crclient.Client) { m[name] = c })
+// Set records name with c as its client (nil: known, no running Manager)
+// and whether the cluster is Ready. Callers serialise Set and Remove for
+// one name themselves (the Server does so under its lock), so the table
+// needs no notion of ownership.
+//
+// Setting a new client starts a new route: the previous client's Member
+// context ends and any unreachable mark is cleared (a new Manager starts
+// with fresh caches). Setting the same client again only updates ready.
+func (t *Table) Set(name string, c crclient.Client, ready bool) {
+	ready = ready && c != nil
+	t.update(func(m map[string]*route) {
+		old := m[name]
+		if old != nil && old.client == c {
+			if old.ready != ready {
+				next := *old
+				next.ready = ready
+				m[name] = &next
+			}
+			return
+		}
+		if old != nil && old.cancel != nil {
+			old.cancel()
+		}
+		r := &route{client: c, ready: ready}
+		if c != nil {
+			r.ctx, r.cancel = context.WithCancel(context.Background())
+		}
+		m[name] = r
+	})
 }
 
 // Remove forgets name.
 func (t *Table) Remove(name string) {
-	t.update(func(m map[string]crclient.Client) { delete(m, name) })
+	t.update(func(m map[string]*route) {
+		if old := m[name]; old != nil {
+			if old.cancel != nil {
+				old.cancel()
+			}
+			delete(m, name)
+		}
+	})
 }
 
-func (t *Table) update(change func(map[string]crclient.Client)) {
+// SetUnreachable records that the Ready cluster name's API server cannot
+// be reached (err non-nil) or can be again (err nil). While it is marked,
+// fleet-wide Lists report the cluster as failed with an error wrapping
+// client.ErrClusterUnreachable instead of serving its possibly stale
+// cache; calls aimed at the cluster alone are unaffected. Only the first
+// error of an outage is kept, so repeated reports cost one atomic load.
+// Unknown and not-Ready names are ignored.
+func (t *Table) SetUnreachable(name string, err error) {
+	r, ok := t.load().routes[name]
+	if !ok || r.client == nil || (r.unreachable == nil) == (err == nil) {
+		return
+	}
+	t.update(func(m map[string]*route) {
+		old := m[name]
+		if old == nil || old.client == nil || (old.unreachable == nil) == (err == nil) {
+			return
+		}
+		next := *old
+		next.unreachable = err
+		m[name] = &next
+	})
+}
+
+func (t *Table) update(change func(map[string]*route)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	old := t.load()
-	m := make(map[string]crclient.Client, len(old.routes)+1)
+	m := make(map[string]*route, len(old.routes)+1)
 	for k, v := range old.routes {
 		m[k] = v
 	}
 	change(m)
-	next := &snapshot{routes: m}
-	for n, c := range m {
-		if c != nil {
-			next.ready = append(next.ready, client.Member{Name: n, Client: c})
+	next := &snapshot{routes: m, members: make([]client.Member, 0, len(m))}
+	for n, r := range m {
+		mem := client.Member{Name: n, Client: r.client, Context: r.ctx}
+		switch {
+		case r.client == nil || !r.ready:
+			mem.Err = client.NotReady(n)
+		case r.unreachable != nil:
+			mem.Err = client.Unreachable(n, r.unreachable)
+		}
+		next.members = append(next.members, mem)
+	}
+	slices.SortFunc(next.members, func(a, b client.Member) int { return strings.Compare(a.Name, b.Name) })
+	for _, mem := range next.members {
+		if mem.Err == nil {
+			next.ready = append(next.ready, mem)
 		}
 	}
-	slices.SortFunc(next.ready, func(a, b client.Member) int { return strings.Compare(a.Name, b.Name) })
 	t.cur.Store(next)
 }

@@ -1,0 +1,169 @@
+// Package client is mccr's fan-out client: one controller-runtime
+// client.Client for a whole fleet, which sends every call to the cluster
+// named in the call's context.
+//
+// Server.GetClient returns it. A reconciler written for one cluster keeps
+// its client.Client field and its code: the ctx mccr hands to Reconcile
+// names the cluster the request came from, so
+//
+//	r.Get(ctx, req.NamespacedName, &pod)
+//
+// reads from that cluster's cache and nowhere else.
+//
+// # Routing
+//
+// Every method that takes a context reads the cluster name from it with
+// known.ClusterFrom and delegates to that cluster's own client, the one its
+// Manager built from the Server's options: Get and List read the member's
+// informer cache (unstructured objects go to the API server unless the
+// options cache them, as with a single Manager), writes go to its API
+// server. Create, Update, Patch, Apply, Delete, DeleteAllOf, Status() and
+// SubResource(name) (Get, Create, Update, Patch, Apply) all follow the
+// same rule, and so does List when ctx names a cluster.
+//
+// To reach another cluster, derive a context:
+//
+//	other := known.WithCluster(ctx, "west")
+//	err := r.Create(other, obj) // lands in west, whatever cluster ctx named
+//
+// Client.For(ctx) returns the named cluster's own client.Client, for code
+// that wants to make several calls to one member or to use what only a
+// member's client has (its RESTMapper, for kinds the host does not serve).
+//
+// # Errors
+//
+// A call that needs one cluster fails, without touching any cluster, with
+// an error for which errors.Is reports:
+//
+//   - ErrNoClusterInContext: ctx names no cluster (a context of your own,
+//     or one from known.WithClusters). The message says to use
+//     known.WithCluster.
+//   - ErrClusterNotFound: the named cluster is not part of the fleet. The
+//     error names it.
+//   - ErrClusterNotReady: the cluster is known but not Ready (starting,
+//     failed and waiting to retry, or restarting after an Update); the
+//     Server's Status tells why. The error names it.
+//
+// These are the same values as the server package's ErrClusterNotFound and
+// ErrClusterNotReady. Errors from the cluster itself (NotFound, Conflict, a
+// refused connection) come back unchanged, so apierrors.IsNotFound and
+// friends work as usual.
+//
+// # Fleet-wide List
+//
+// A List whose ctx names no cluster lists across the fleet: every cluster
+// the Server knows, or only those named with known.WithClusters(ctx,
+// names...). The clusters are listed concurrently, each from its own
+// cache, and the list gets the union of their items, cluster by cluster in
+// name order. List options (namespace, label and field selectors) apply
+// in every cluster.
+//
+// Each returned item carries the annotation known.ClusterAnnotation
+// ("mccr.dev/cluster") naming the cluster it came from, so that code can
+// route a follow-up call:
+//
+//	for i := range pods.Items {
+//		p := &pods.Items[i]
+//		cctx := known.WithCluster(ctx, p.Annotations[known.ClusterAnnotation])
+//		...
+//	}
+//
+// The annotation exists only on the returned copies. Members' caches are
+// never marked (also with client.UnsafeDisableDeepCopy, where the items
+// share memory with the caches: the annotation is then set on copies of
+// their annotation maps), and Create, Update and Patch, and Update and
+// Patch of Status() and SubResource(name), remove it from the object before
+// sending it, so a listed item can be written back as is without the
+// annotation ever reaching an API server. A one-cluster List does not set
+// it.
+//
+// The list's resourceVersion and continue token are cleared: one
+// cluster's means nothing for the union.
+//
+// Unstructured lists (set the list's kind, e.g. "ConfigMapList") and
+// metadata-only lists (metav1.PartialObjectMetadataList) work the same
+// way.
+//
+// # When clusters fail: ListError and Partial
+//
+// A fleet-wide List answers for the fleet, so by default it does not
+// return a partial answer as if it were whole. When some clusters cannot
+// be read, List returns a *ListError: its Failed map names each of them
+// with its error, and Total says how many clusters were asked. The list
+// still holds the items of every cluster that answered. A cluster cannot
+// be read when it is not Ready (ErrClusterNotReady), when a name given to
+// known.WithClusters is unknown (ErrClusterNotFound), when it is marked
+// unreachable (ErrClusterUnreachable, below), or when its List fails.
+// errors.Is sees through a ListError to each cluster's error.
+//
+// To take what there is, pass a *Partial:
+//
+//	var partial client.Partial
+//	err := c.List(ctx, &pods, &partial)
+//	// err is nil even if clusters failed; partial.Failed names them.
+//
+// Partial.Failed is reset by every List. A List whose own ctx ends (its
+// deadline passes, the caller cancels) returns that error in any case:
+// that is no cluster's failure.
+//
+// # Unreachable members
+//
+// A member whose API server stops answering stays Ready: its informers
+// retry on their own and its cache keeps the last state it saw, as a
+// single-cluster Manager's would. Calls aimed at that member behave as
+// they would there: reads answer from the cache, writes fail with the
+// connection error. A fleet-wide List, which promises the state of the
+// fleet, does not serve such a cache as if it were current: once the
+// Server has seen the member's requests fail to reach its API server, it
+// marks the member unreachable, and fleet-wide Lists report it as failed
+// with ErrClusterUnreachable (in a ListError, or in Partial.Failed) until
+// one of the member's requests gets an answer again.
+//
+// # Pagination
+//
+// Limit and Continue cannot span clusters: a fleet-wide List with either
+// fails with ErrFleetPagination. To page, list one cluster at a time with
+// known.WithCluster, as far as the member's cache supports it.
+//
+// # Clusters that come and go
+//
+// The routing table is read on every call (a lock-free atomic load), so a
+// cluster added, deleted or restarted is seen by the next call. A
+// fleet-wide List that runs while a cluster changes does not panic or
+// hang: a cluster deleted meanwhile is left out of the answer, as if the
+// List had started after the Delete; a cluster restarted meanwhile (an
+// Update, a delete and re-add) is asked again, once, through its new
+// Manager, or reported as not Ready if that is not Ready yet. A List
+// waiting on a cluster's cache (the first List of a kind starts its
+// informer and waits for it to sync) stops waiting when the cluster leaves.
+//
+// # Methods without a context
+//
+// Scheme, RESTMapper, GroupVersionKindFor and IsObjectNamespaced name no
+// cluster, so they answer for the fleet: Scheme is the scheme from the
+// Options given to NewServer, which every member shares; RESTMapper and
+// IsObjectNamespaced use the host cluster's REST mapper, since members
+// normally serve the same kinds. For a kind only some members serve, ask
+// that member's client (Client.For).
+//
+// # No WithWatch
+//
+// The fan-out client does not implement client.WithWatch. Members'
+// clients are cache-backed, and in controller-runtime watches belong to
+// informers, which a Manager starts and stops with the cluster, resuming
+// them across API server restarts; a raw watch through the fan-out client
+// would outlive its cluster's removal and miss those restarts. Watch
+// through a member's Manager instead: controllers set up with
+// AddReconcilerSetup watch every cluster; for anything else take
+// Server.GetManager(name) and use its cache's informers, or its
+// GetAPIReader() for uncached reads.
+//
+// # Cost
+//
+// A call routed by ctx adds one context lookup, one atomic load and one
+// map lookup to the member's own call, and allocates nothing: a cached Get
+// through the fan-out client costs what the member's client costs. A
+// fleet-wide List adds, per cluster, a list of the same type, a context
+// that ends with the cluster, and the copy of its items into the merged
+// list.
+package client

@@ -1,0 +1,278 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/server"
+	"github.com/mccr-dev/mccr/test"
+)
+
+// The package's fleet: a host and three members, started once. Tests run
+// one after another; each works in its own namespace.
+var fleet *test.Fleet
+
+var members = []string{"c1", "c2", "c3"}
+
+// stops are the Servers shared by several tests or benchmarks, stopped
+// after the last of them.
+var stops struct {
+	sync.Mutex
+	fns []func() error
+}
+
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(logr.Discard())
+	var err error
+	fleet, err = test.Start(test.Options{}, append([]string{"host"}, members...)...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	stops.Lock()
+	for _, stop := range stops.fns {
+		if err := stop(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	stops.Unlock()
+	if err := fleet.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+// serverOptions are the ctrl.Options of every Server of these tests. A nil
+// namespace list caches every namespace.
+func serverOptions(log logr.Logger, namespaces ...string) ctrl.Options {
+	o := ctrl.Options{
+		Logger:                 log,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	}
+	if len(namespaces) > 0 {
+		o.Cache.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			o.Cache.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return o
+}
+
+// runServer starts srv and returns the function that stops it.
+func runServer(srv *server.Server) func() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+	var once sync.Once
+	var stopErr error
+	return func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case stopErr = <-done:
+			case <-time.After(time.Minute):
+				stopErr = errors.New("server did not stop within a minute")
+			}
+		})
+		return stopErr
+	}
+}
+
+// waitReadyErr waits until every named member is Ready.
+func waitReadyErr(srv *server.Server, within time.Duration, names ...string) error {
+	deadline := time.Now().Add(within)
+	for _, n := range names {
+		for {
+			st, err := srv.Status(n)
+			if err == nil && st.Phase == server.PhaseReady {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("cluster %s not Ready within %s: %+v (%v)", n, within, st, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+func waitReady(t testing.TB, srv *server.Server, names ...string) {
+	t.Helper()
+	if err := waitReadyErr(srv, 90*time.Second, names...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var shared struct {
+	once sync.Once
+	srv  *server.Server
+	err  error
+}
+
+// sharedServer returns the Server most tests use: members c1, c2, c3, all
+// Ready, caching every namespace, running the mirror reconciler.
+func sharedServer(t testing.TB) *server.Server {
+	t.Helper()
+	shared.once.Do(func() {
+		srv, err := server.NewServer(fleet.Cluster("host").Config, serverOptions(logr.Discard()))
+		if err != nil {
+			shared.err = err
+			return
+		}
+		r := &mirrorReconciler{Client: srv.GetClient()}
+		srv.AddReconcilerSetup(r.SetupWithManager)
+		for _, n := range members {
+			if err := srv.Add(fleet.Cluster(n).Named); err != nil {
+				shared.err = err
+				return
+			}
+		}
+		stop := runServer(srv)
+		stops.Lock()
+		stops.fns = append(stops.fns, stop)
+		stops.Unlock()
+		shared.srv, shared.err = srv, waitReadyErr(srv, 90*time.Second, members...)
+	})
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.srv
+}
+
+// startServer starts a Server of the test's own, caching only ns, with the
+// given members added, and stops it when the test ends.
+func startServer(t testing.TB, ns string, add ...*config.NamedConfig) *server.Server {
+	t.Helper()
+	srv, err := server.NewServer(fleet.Cluster("host").Config,
+		serverOptions(testr.NewWithInterface(t, testr.Options{Verbosity: 0}), ns),
+		func(o *server.Options) { o.StopTimeout = 30 * time.Second })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, nc := range add {
+		if err := srv.Add(nc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := runServer(srv)
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("stopping server: %v", err)
+		}
+	})
+	return srv
+}
+
+// named returns a NamedConfig called name that reaches the API server of
+// the fleet's cluster. Several names may reach one API server; each gets
+// its own Manager and caches.
+func named(name, cluster string) *config.NamedConfig {
+	return config.NewNamedConfig(name, fleet.Cluster(cluster).Config)
+}
+
+// admin returns the test's own uncached client of a cluster: what the
+// tests check the fan-out client's work with.
+func admin(t testing.TB, cluster string) crclient.Client {
+	t.Helper()
+	admins.Lock()
+	defer admins.Unlock()
+	if c, ok := admins.m[cluster]; ok {
+		return c
+	}
+	c, err := fleet.Cluster(cluster).Client(crclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admins.m[cluster] = c
+	return c
+}
+
+var admins = struct {
+	sync.Mutex
+	m map[string]crclient.Client
+}{m: map[string]crclient.Client{}}
+
+var nsSeq atomic.Int64
+
+// testNamespace creates a namespace named after the test (and unique, for
+// -count) in every member.
+func testNamespace(t testing.TB) string {
+	t.Helper()
+	ns := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(ns) > 50 {
+		ns = ns[:50]
+	}
+	ns = fmt.Sprintf("%s-%d", strings.TrimSuffix(ns, "-"), nsSeq.Add(1))
+	for _, c := range members {
+		createNamespace(t, c, ns)
+	}
+	return ns
+}
+
+func createNamespace(t testing.TB, cluster, ns string) {
+	t.Helper()
+	err := admin(t, cluster).Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func configMap(ns, name string, data map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Data: data}
+}
+
+// adminCreate creates obj in cluster with the admin client.
+func adminCreate(t testing.TB, cluster string, obj crclient.Object) {
+	t.Helper()
+	if err := admin(t, cluster).Create(context.Background(), obj); err != nil {
+		t.Fatalf("creating %s in %s: %v", obj.GetName(), cluster, err)
+	}
+}
+
+// adminGet reads a ConfigMap from cluster with the admin client; nil when
+// it does not exist.
+func adminGet(t testing.TB, cluster, ns, name string) *corev1.ConfigMap {
+	t.Helper()
+	var cm corev1.ConfigMap
+	err := admin(t, cluster).Get(context.Background(), crclient.ObjectKey{Namespace: ns, Name: name}, &cm)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("reading %s/%s in %s: %v", ns, name, cluster, err)
+	}
+	return &cm
+}

@@ -1,0 +1,211 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes/scheme"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	mcclient "github.com/mccr-dev/mccr/client"
+	"github.com/mccr-dev/mccr/internal/router"
+	"github.com/mccr-dev/mccr/known"
+)
+
+// These tests need no API server: they check the routing table the Server
+// keeps, and the fan-out client over it.
+
+func TestRoutingTable(t *testing.T) {
+	var table router.Table
+	a1, a2 := fake.NewFakeClient(), fake.NewFakeClient()
+	member := func(name string) mcclient.Member {
+		t.Helper()
+		ms := table.Members()
+		i := slices.IndexFunc(ms, func(m mcclient.Member) bool { return m.Name == name })
+		if i < 0 {
+			t.Fatalf("%s not among %v", name, ms)
+		}
+		return ms[i]
+	}
+
+	if _, err := table.Cluster("a"); !errors.Is(err, mcclient.ErrClusterNotFound) {
+		t.Errorf("empty table: %v", err)
+	}
+	table.Set("b", nil, true)
+	table.Set("a", nil, true)
+	if m := member("a"); !errors.Is(m.Err, mcclient.ErrClusterNotReady) || m.Client != nil || m.Context != nil {
+		t.Errorf("not Ready member = %+v", m)
+	}
+	if _, err := table.Cluster("a"); !errors.Is(err, mcclient.ErrClusterNotReady) {
+		t.Errorf("Cluster(not Ready) = %v", err)
+	}
+	if got := table.Names(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("Names = %v", got)
+	}
+
+	table.Set("a", a1, true)
+	first := member("a")
+	if first.Err != nil || first.Client != a1 || first.Context == nil || first.Context.Err() != nil {
+		t.Errorf("Ready member = %+v", first)
+	}
+	if got := table.ReadyClusters(); len(got) != 1 || got[0].Name != "a" {
+		t.Errorf("ReadyClusters = %v", got)
+	}
+
+	// Unreachable: fleet-wide Lists skip it, single calls still route.
+	cause := errors.New("dial tcp: connection refused")
+	table.SetUnreachable("a", cause)
+	table.SetUnreachable("a", errors.New("a later error"))
+	if m := member("a"); !errors.Is(m.Err, mcclient.ErrClusterUnreachable) || !errors.Is(m.Err, cause) {
+		t.Errorf("unreachable member = %+v", m)
+	}
+	if c, err := table.Cluster("a"); err != nil || c != a1 {
+		t.Errorf("Cluster(unreachable) = %v, %v", c, err)
+	}
+	table.Set("a", a1, true) // the same client: still unreachable
+	if m := member("a"); m.Err == nil || m.Context != first.Context {
+		t.Errorf("re-Set of the same client changed the member: %+v", m)
+	}
+	table.SetUnreachable("a", nil)
+	if m := member("a"); m.Err != nil {
+		t.Errorf("reachable again = %+v", m)
+	}
+	table.SetUnreachable("b", cause) // not Ready: ignored
+	table.SetUnreachable("zz", cause)
+	if m := member("b"); !errors.Is(m.Err, mcclient.ErrClusterNotReady) {
+		t.Errorf("b = %+v", m)
+	}
+
+	// A new client is a new route: the old one's context ends, marks go.
+	table.SetUnreachable("a", cause)
+	table.Set("a", a2, true)
+	if first.Context.Err() == nil {
+		t.Error("replaced route's context still alive")
+	}
+	second := member("a")
+	if second.Err != nil || second.Client != a2 {
+		t.Errorf("after a new client: %+v", second)
+	}
+	table.Set("a", nil, true)
+	if second.Context.Err() == nil {
+		t.Error("route's context alive after the cluster stopped being Ready")
+	}
+	table.Set("a", a1, true)
+	third := member("a")
+	table.Remove("a")
+	if third.Context.Err() == nil {
+		t.Error("route's context alive after Remove")
+	}
+	if _, err := table.Cluster("a"); !errors.Is(err, mcclient.ErrClusterNotFound) {
+		t.Errorf("after Remove: %v", err)
+	}
+}
+
+// nopClient answers Get with nothing, so that a benchmark or allocation
+// count measures the routing alone.
+type nopClient struct{ crclient.Client }
+
+func (nopClient) Get(context.Context, crclient.ObjectKey, crclient.Object, ...crclient.GetOption) error {
+	return nil
+}
+
+func TestRoutingAllocatesNothing(t *testing.T) {
+	var table router.Table
+	for i := range 50 {
+		table.Set(fmt.Sprintf("m%02d", i), nopClient{}, true)
+	}
+	c := mcclient.New(&table, mcclient.Options{Scheme: scheme.Scheme})
+	ctx := known.WithCluster(context.Background(), "m17")
+	key := crclient.ObjectKey{Namespace: "ns", Name: "n"}
+	var cm corev1.ConfigMap
+	if n := testing.AllocsPerRun(1000, func() {
+		if err := c.Get(ctx, key, &cm); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("a routed Get allocates %v times", n)
+	}
+}
+
+// BenchmarkRoute is the fan-out client's own cost per call: a Get routed
+// to a member whose Get does nothing.
+func BenchmarkRoute(b *testing.B) {
+	var table router.Table
+	for i := range 50 {
+		table.Set(fmt.Sprintf("m%02d", i), nopClient{}, true)
+	}
+	c := mcclient.New(&table, mcclient.Options{Scheme: scheme.Scheme})
+	ctx := known.WithCluster(context.Background(), "m17")
+	key := crclient.ObjectKey{Namespace: "ns", Name: "n"}
+	var cm corev1.ConfigMap
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = c.Get(ctx, key, &cm)
+	}
+}
+
+// Calls and fleet-wide Lists race with clusters being added, made Ready,
+// marked unreachable and removed; run with -race.
+func TestRoutingWhileTheTableChanges(t *testing.T) {
+	var table router.Table
+	names := []string{"a", "b", "c", "d"}
+	clients := map[string]crclient.Client{}
+	for _, n := range names {
+		cm := configMap("ns", "x", map[string]string{"cluster": n})
+		clients[n] = fake.NewClientBuilder().WithObjects(cm).Build()
+		table.Set(n, clients[n], true)
+	}
+	c := mcclient.New(&table, mcclient.Options{Scheme: scheme.Scheme})
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; !stop.Load(); i++ {
+				n := names[(i+w)%len(names)]
+				var cm corev1.ConfigMap
+				err := c.Get(known.WithCluster(context.Background(), n), crclient.ObjectKey{Namespace: "ns", Name: "x"}, &cm)
+				switch {
+				case err == nil:
+					if cm.Data["cluster"] != n {
+						t.Errorf("Get in %s read %s's object", n, cm.Data["cluster"])
+					}
+				case !errors.Is(err, mcclient.ErrClusterNotFound) && !errors.Is(err, mcclient.ErrClusterNotReady) && !apierrors.IsNotFound(err):
+					t.Errorf("Get in %s = %v", n, err)
+				}
+				var list corev1.ConfigMapList
+				var partial mcclient.Partial
+				if err := c.List(context.Background(), &list, &partial); err != nil {
+					t.Errorf("List = %v", err)
+				}
+				for _, it := range list.Items {
+					if it.Data["cluster"] != it.Annotations[known.ClusterAnnotation] {
+						t.Errorf("item of %s annotated %s", it.Data["cluster"], it.Annotations[known.ClusterAnnotation])
+					}
+				}
+			}
+		})
+	}
+	for i := range 2000 {
+		n := names[i%len(names)]
+		switch i % 5 {
+		case 0:
+			table.Remove(n)
+		case 1:
+			table.Set(n, nil, true)
+		case 2, 4:
+			table.Set(n, clients[n], true)
+		case 3:
+			table.SetUnreachable(n, errors.New("down"))
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+}

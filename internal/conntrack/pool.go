@@ -1,0 +1,190 @@
+package conntrack
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+)
+
+// Pool shares one transport, and so one set of connections, among the
+// configs that reach the same API server with the same TLS settings, the
+// way client-go's own transport cache does, but closes the connections
+// once the last user releases them. Credentials sent as headers (tokens,
+// basic auth, impersonation) stay per config.
+//
+// A hundred members pointed at three API servers then hold three HTTP/2
+// connections instead of a hundred, and a deleted member leaves none
+// behind.
+type Pool struct {
+	mu      sync.Mutex
+	entries map[string]*entry
+}
+
+type entry struct {
+	rt    http.RoundTripper
+	conns *Tracker
+	refs  int
+	// mappers holds one REST mapper per identity (credentials) using this
+	// transport: the same API server seen by the same user maps kinds the
+	// same way, so its members need to discover it only once.
+	mappers map[string]meta.RESTMapper
+}
+
+// Lease is a config's use of the pool.
+type Lease struct {
+	// Config reaches the API server through the shared transport.
+	Config  *rest.Config
+	release func()
+	mapper  func(next MapperProvider) MapperProvider
+}
+
+// MapperProvider builds a REST mapper (controller-runtime's
+// cluster.Options.MapperProvider).
+type MapperProvider = func(*rest.Config, *http.Client) (meta.RESTMapper, error)
+
+// Release gives the lease back; the last release of a shared transport
+// closes its connections. Release is idempotent.
+func (l *Lease) Release() { l.release() }
+
+// MapperProvider returns a provider that hands every lease of the same API
+// server and credentials one shared mapper, built by next the first time
+// (next defaults to controller-runtime's dynamic mapper).
+func (l *Lease) MapperProvider(next MapperProvider) MapperProvider {
+	if next == nil {
+		next = apiutil.NewDynamicRESTMapper
+	}
+	if l.mapper == nil {
+		return next
+	}
+	return l.mapper(next)
+}
+
+// Acquire leases the pool's transport for cfg's API server: the lease's
+// Config is a copy of cfg that uses it. Release the lease once nothing uses
+// that copy any more.
+//
+// Configs the pool cannot share (a custom Transport, an exec plugin, which
+// may supply client certificates) get a Tracker of their own instead.
+func (p *Pool) Acquire(cfg *rest.Config) (*Lease, error) {
+	if cfg.Transport != nil || cfg.ExecProvider != nil {
+		c, t := Wrap(cfg)
+		var once sync.Once
+		return &Lease{Config: c, release: func() { once.Do(t.Close) }}, nil
+	}
+	key, err := transportKey(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ident, err := identityKey(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e, ok := p.entries[key]
+	if !ok {
+		shared, conns := Wrap(&rest.Config{
+			Host:               cfg.Host,
+			TLSClientConfig:    cfg.TLSClientConfig,
+			Proxy:              cfg.Proxy,
+			Dial:               cfg.Dial,
+			DisableCompression: cfg.DisableCompression,
+		})
+		rt, err := rest.TransportFor(shared)
+		if err != nil {
+			conns.Close()
+			return nil, fmt.Errorf("building transport for %s: %w", cfg.Host, err)
+		}
+		e = &entry{rt: rt, conns: conns, mappers: map[string]meta.RESTMapper{}}
+		if p.entries == nil {
+			p.entries = map[string]*entry{}
+		}
+		p.entries[key] = e
+	}
+	e.refs++
+
+	out := rest.CopyConfig(cfg)
+	out.Transport = e.rt
+	// TLS, proxy and dialing now belong to the shared transport; client-go
+	// refuses a custom Transport together with TLS options.
+	out.TLSClientConfig = rest.TLSClientConfig{}
+	out.Proxy, out.Dial = nil, nil
+
+	var once sync.Once
+	return &Lease{
+		Config:  out,
+		release: func() { once.Do(func() { p.release(key, e) }) },
+		mapper: func(next MapperProvider) MapperProvider {
+			return func(c *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				if m, ok := e.mappers[ident]; ok {
+					return m, nil
+				}
+				m, err := next(c, hc)
+				if err == nil {
+					e.mappers[ident] = m
+				}
+				return m, err
+			}
+		},
+	}, nil
+}
+
+func (p *Pool) release(key string, e *entry) {
+	p.mu.Lock()
+	e.refs--
+	last := e.refs == 0
+	if last && p.entries[key] == e {
+		delete(p.entries, key)
+	}
+	p.mu.Unlock()
+	if last {
+		e.conns.Close()
+	}
+}
+
+// identityKey identifies who a config authenticates as beyond its TLS
+// client certificate (which transportKey covers).
+func identityKey(cfg *rest.Config) (string, error) {
+	raw, err := json.Marshal(struct {
+		Username, Password, BearerToken, BearerTokenFile string
+		Impersonate                                      rest.ImpersonationConfig
+		AuthProvider                                     any
+	}{cfg.Username, cfg.Password, cfg.BearerToken, cfg.BearerTokenFile, cfg.Impersonate, cfg.AuthProvider})
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// transportKey identifies what a shared transport depends on: the server
+// and everything about TLS, proxying and dialing.
+func transportKey(cfg *rest.Config) (string, error) {
+	t := cfg.TLSClientConfig
+	if cfg.Dial != nil || cfg.Proxy != nil {
+		// Funcs cannot be compared; identity of the config is the safe key.
+		return fmt.Sprintf("%p", cfg), nil
+	}
+	raw, err := json.Marshal(struct {
+		Host                                  string
+		Insecure                              bool
+		ServerName, CertFile, KeyFile, CAFile string
+		CertData, KeyData, CAData             []byte
+		NextProtos                            []string
+		DisableCompression                    bool
+	}{cfg.Host, t.Insecure, t.ServerName, t.CertFile, t.KeyFile, t.CAFile, t.CertData, t.KeyData, t.CAData, t.NextProtos, cfg.DisableCompression})
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:]), nil
+}
