@@ -1,0 +1,149 @@
+package conntrack
+
+import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/rest"
+)
+
+// server counts the connections its clients hold open.
+func server(t *testing.T) (*httptest.Server, func() int) {
+	t.Helper()
+	var mu sync.Mutex
+	open := map[net.Conn]bool{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch s {
+		case http.StateNew:
+			open[c] = true
+		case http.StateClosed, http.StateHijacked:
+			delete(open, c)
+		}
+	}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv, func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(open)
+	}
+}
+
+func get(t *testing.T, cfg *rest.Config) {
+	t.Helper()
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := hc.Get(cfg.Host + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 5s: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestPoolSharesAndClosesWithTheLastLease(t *testing.T) {
+	srv, open := server(t)
+	cfg := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	var p Pool
+
+	a, err := p.Acquire(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withToken := rest.CopyConfig(cfg)
+	withToken.BearerToken = "b"
+	b, err := p.Acquire(withToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Config.Transport != b.Config.Transport {
+		t.Fatal("two configs for one server and TLS identity got different transports")
+	}
+	if b.Config.BearerToken != "b" || a.Config.BearerToken != "" {
+		t.Error("credentials leaked between leases")
+	}
+	get(t, a.Config)
+	get(t, b.Config)
+	if n := open(); n != 1 {
+		t.Errorf("%d connections for two leases, want 1 shared", n)
+	}
+
+	a.Release()
+	a.Release() // idempotent
+	get(t, b.Config)
+	if n := open(); n != 1 {
+		t.Errorf("after the first release: %d connections, want 1", n)
+	}
+	b.Release()
+	waitFor(t, "connections closed after the last release", func() bool { return open() == 0 })
+
+	// A new lease after that gets a working transport of its own.
+	c, err := p.Acquire(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get(t, c.Config)
+	c.Release()
+	waitFor(t, "connections closed again", func() bool { return open() == 0 })
+}
+
+func TestPoolSeparatesTLSIdentities(t *testing.T) {
+	srv, _ := server(t)
+	var p Pool
+	a, _ := p.Acquire(&rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	b, _ := p.Acquire(&rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true, ServerName: "other"}})
+	defer a.Release()
+	defer b.Release()
+	if a.Config.Transport == b.Config.Transport {
+		t.Error("different TLS settings share a transport")
+	}
+}
+
+func TestPoolSharesMappersPerIdentity(t *testing.T) {
+	srv, _ := server(t)
+	var p Pool
+	cfg := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, BearerToken: "x"}
+	a, _ := p.Acquire(cfg)
+	b, _ := p.Acquire(cfg)
+	other := rest.CopyConfig(cfg)
+	other.BearerToken = "y"
+	c, _ := p.Acquire(other)
+	defer a.Release()
+	defer b.Release()
+	defer c.Release()
+	built := 0
+	provider := func(l *Lease) MapperProvider {
+		return l.MapperProvider(func(*rest.Config, *http.Client) (meta.RESTMapper, error) {
+			built++
+			return meta.NewDefaultRESTMapper(nil), nil
+		})
+	}
+	for _, l := range []*Lease{a, b, c} {
+		if _, err := provider(l)(l.Config, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if built != 2 {
+		t.Errorf("built %d mappers for two identities, want 2", built)
+	}
+}
