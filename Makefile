@@ -78,8 +78,8 @@ test-short: $(ASSETS_DEP) ## Quick run: skips the slow fault/scale parts.
 	$(GO) test -race -short -p $(TEST_P) ./...
 
 BENCH_COUNT ?= 5
-BENCH_PKGS ?= ./client/ ./server/ ./test/e2e/
-BENCH_CMD = $(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) -timeout 60m $(BENCH_PKGS)
+BENCH_PKGS ?= ./test/ ./client/ ./server/ ./test/e2e/
+BENCH_CMD = $(GO) test -p 1 -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) -timeout 60m $(BENCH_PKGS)
 
 .PHONY: bench
 bench: $(ASSETS_DEP) ## Run the benchmarks (medians of BENCH_COUNT runs) into docs/benchmarks.md.
