@@ -147,9 +147,16 @@ func (m *member) attempt(ctx context.Context) (wasReady bool, err error) {
 	defer cancel()
 	end := &stopper{ctx: actx, cancel: cancel, cfg: cfg}
 	// client-go retries a refused or reset connection without telling
-	// anyone, so every request of the member reports its transport errors.
+	// anyone, and open watches outlive revoked credentials for minutes, so
+	// every request of the member reports transport errors and 401s.
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return &reachTransport{next: rt, onError: func(err error) { m.connectionError(err, end) }}
+		return &reachTransport{
+			next:    rt,
+			onError: func(err error) { m.connectionError(err, end) },
+			onUnauthorized: func(req *http.Request) {
+				end.stop(fmt.Errorf("credentials rejected: %s %s answered 401 Unauthorized", req.Method, req.URL.Path))
+			},
+		}
 	})
 	if err := probe(ctx, cfg, m.s.opts.ProbeTimeout); err != nil {
 		return false, err
@@ -357,16 +364,22 @@ func (m *member) connectionError(err error, end *stopper) {
 }
 
 // reachTransport reports transport errors (no answer at all, as opposed to
-// an error answer) of requests that were not cancelled by their caller.
+// an error answer) of requests that were not cancelled by their caller, and
+// answers that reject the credentials. A 403 is not reported: it can be one
+// request the user's RBAC forbids, which says nothing about the member.
 type reachTransport struct {
-	next    http.RoundTripper
-	onError func(error)
+	next           http.RoundTripper
+	onError        func(error)
+	onUnauthorized func(*http.Request)
 }
 
 func (r *reachTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := r.next.RoundTrip(req)
-	if err != nil && req.Context().Err() == nil {
+	switch {
+	case err != nil && req.Context().Err() == nil:
 		r.onError(err)
+	case err == nil && resp.StatusCode == http.StatusUnauthorized:
+		r.onUnauthorized(req)
 	}
 	return resp, err
 }
@@ -503,7 +516,9 @@ func probe(ctx context.Context, cfg *rest.Config, timeout time.Duration) error {
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := rc.Get().AbsPath("/api").Do(pctx).Error(); err != nil {
-		if apierrors.IsUnauthorized(err) {
+		if apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
+			// Discovery is open to every authenticated user: a refusal
+			// means the server answered but did not accept who we are.
 			return fmt.Errorf("API server %s rejected the credentials: %w", cfg.Host, err)
 		}
 		return fmt.Errorf("API server %s unreachable: %w", cfg.Host, err)
