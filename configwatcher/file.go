@@ -307,6 +307,15 @@ func (w *FileWatcher) sync() bool {
 	}
 	// Watch before reading, so that a change made while reading is seen.
 	problems = append(problems, w.updateWatches(files)...)
+	// A file created between the listing and the watch above sent no event
+	// (the first sync races with a caller writing files right after
+	// NewFileWatcher returns): list again now that the watch is in place.
+	if listErr == nil {
+		if again, err := config.KubeconfigFiles(w.root); err == nil && !slices.Equal(again, files) {
+			files = again
+			problems = append(problems, w.updateWatches(files)...)
+		}
+	}
 
 	loaded := make([]config.FileConfigs, 0, len(files))
 	seen := make(map[string]bool, len(files))

@@ -710,3 +710,16 @@ func TestFileWatcherStop(t *testing.T) {
 	}
 	// checkLeaks verifies that no goroutine is left.
 }
+
+// A file written the moment NewFileWatcher returns is never lost, whether
+// the watcher's first read sees it or its watch does.
+func TestFileWatcherFileWrittenRightAfterStart(t *testing.T) {
+	checkLeaks(t)
+	for i := 0; i < 10; i++ {
+		dir := t.TempDir()
+		w := start(t, dir)
+		writeLikeAnEditor(t, filepath.Join(dir, "new.yaml"), kubeconfig(t, ctxSpec{"new", server(1), "t"}))
+		expectEvents(t, w, "Added new "+server(1))
+		w.Stop()
+	}
+}
