@@ -16,6 +16,7 @@ import (
 
 	"github.com/mccr-dev/mccr/known"
 	"github.com/mccr-dev/mccr/server"
+	"github.com/mccr-dev/mccr/test"
 )
 
 // The benchmarks' Server has 20 members, b00…b19, spread over the fleet's
@@ -72,7 +73,7 @@ func startBenchServer(b *testing.B) (*server.Server, []string, error) {
 			return nil, nil, err
 		}
 	}
-	stop := runServer(srv)
+	stop := test.Background(srv)
 	stops.Lock()
 	stops.fns = append(stops.fns, stop)
 	stops.Unlock()

@@ -22,6 +22,7 @@ import (
 
 	mcclient "github.com/mccr-dev/mccr/client"
 	"github.com/mccr-dev/mccr/known"
+	"github.com/mccr-dev/mccr/test"
 )
 
 func in(cluster string) context.Context { return known.WithCluster(context.Background(), cluster) }
@@ -63,7 +64,7 @@ func changedOnlyIn(t *testing.T, ns, name, cluster, key, v string) {
 // cachedGet polls the fan-out client's (cached) Get until cond holds.
 func cachedGet(t *testing.T, c crclient.Client, cluster string, key crclient.ObjectKey, obj crclient.Object, cond func() bool) {
 	t.Helper()
-	eventually(t, 20*time.Second, "cached "+key.String()+" in "+cluster, func() bool {
+	test.Eventually(t, 20*time.Second, "cached "+key.String()+" in "+cluster, func() bool {
 		err := c.Get(in(cluster), key, obj)
 		return err == nil && (cond == nil || cond())
 	})
@@ -114,7 +115,7 @@ func TestEveryMethodGoesToTheClusterInContext(t *testing.T) {
 
 	t.Run("List", func(t *testing.T) {
 		var list corev1.ConfigMapList
-		eventually(t, 20*time.Second, "c2 lists its objects", func() bool {
+		test.Eventually(t, 20*time.Second, "c2 lists its objects", func() bool {
 			err := c.List(in("c2"), &list, crclient.InNamespace(ns))
 			return err == nil && len(list.Items) == 2
 		})
@@ -445,7 +446,7 @@ func TestCrossClusterWriteFromAReconcile(t *testing.T) {
 	cm := configMap(ns, "source", nil)
 	cm.Labels = map[string]string{"mirror-to": "c3"}
 	adminCreate(t, "c1", cm)
-	eventually(t, 20*time.Second, "mirror in c3", func() bool { return adminGet(t, "c3", ns, "source-mirror") != nil })
+	test.Eventually(t, 20*time.Second, "mirror in c3", func() bool { return adminGet(t, "c3", ns, "source-mirror") != nil })
 	if got := adminGet(t, "c3", ns, "source-mirror").Data["from"]; got != "c1" {
 		t.Errorf("mirror says it came from %q, want c1", got)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/mccr-dev/mccr/internal/router"
 	"github.com/mccr-dev/mccr/known"
 	"github.com/mccr-dev/mccr/server"
+	"github.com/mccr-dev/mccr/test"
 )
 
 // origins returns "cluster/name" for every item of a fleet-wide List, from
@@ -84,7 +85,7 @@ func TestFleetWideList(t *testing.T) {
 	}
 
 	var list corev1.ConfigMapList
-	eventually(t, 20*time.Second, "6 items across the fleet", func() bool {
+	test.Eventually(t, 20*time.Second, "6 items across the fleet", func() bool {
 		err := c.List(bg, &list, crclient.InNamespace(ns))
 		return err == nil && len(list.Items) == 6
 	})
@@ -226,7 +227,7 @@ func TestFleetWideList(t *testing.T) {
 	t.Run("metadata only", func(t *testing.T) {
 		var m metav1.PartialObjectMetadataList
 		m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
-		eventually(t, 20*time.Second, "metadata informers synced", func() bool {
+		test.Eventually(t, 20*time.Second, "metadata informers synced", func() bool {
 			return c.List(bg, &m, crclient.InNamespace(ns)) == nil && len(m.Items) == 6
 		})
 		if got := origins(t, &m); !sameSet(got, fleetItems) {
@@ -291,7 +292,7 @@ func TestFleetWideListWithAMemberNotReady(t *testing.T) {
 
 	var list corev1.ConfigMapList
 	var err error
-	eventually(t, 20*time.Second, "items of c1 and c2", func() bool {
+	test.Eventually(t, 20*time.Second, "items of c1 and c2", func() bool {
 		err = c.List(bg, &list, crclient.InNamespace(ns))
 		return len(list.Items) == 2
 	})
@@ -384,7 +385,7 @@ func TestFleetWideListWithAnAPIServerDown(t *testing.T) {
 	bg := context.Background()
 	all := []string{"c1/x", "c2/x", "c3/x"}
 	var list corev1.ConfigMapList
-	eventually(t, 20*time.Second, "every item", func() bool {
+	test.Eventually(t, 20*time.Second, "every item", func() bool {
 		return c.List(bg, &list, crclient.InNamespace(ns)) == nil && len(list.Items) == 3
 	})
 
@@ -407,7 +408,7 @@ func TestFleetWideListWithAnAPIServerDown(t *testing.T) {
 
 	// By default: the documented error, naming c3, beside the others' items.
 	var err error
-	eventually(t, 30*time.Second, "c3 reported unreachable", func() bool {
+	test.Eventually(t, 30*time.Second, "c3 reported unreachable", func() bool {
 		err = c.List(bg, &list, crclient.InNamespace(ns))
 		return err != nil
 	})
@@ -447,7 +448,7 @@ func TestFleetWideListWithAnAPIServerDown(t *testing.T) {
 	// server is gone (its next request fails), fleet-wide Lists report it
 	// as unreachable instead of serving its stale cache, and the Server
 	// shows it as Unreachable.
-	eventually(t, 30*time.Second, "the Server reports c3 unreachable", func() bool {
+	test.Eventually(t, 30*time.Second, "the Server reports c3 unreachable", func() bool {
 		lctx, lcancel := context.WithTimeout(bg, 10*time.Second)
 		defer lcancel()
 		err := srv.GetClient().List(lctx, &list, crclient.InNamespace(ns))
@@ -463,7 +464,7 @@ func TestFleetWideListWithAnAPIServerDown(t *testing.T) {
 
 	// Back up: whole again.
 	restart()
-	eventually(t, 60*time.Second, "c3 reachable again", func() bool {
+	test.Eventually(t, 60*time.Second, "c3 reachable again", func() bool {
 		return c.List(bg, &list, crclient.InNamespace(ns)) == nil && len(list.Items) == 3
 	})
 	if reports.Load() == 0 {
@@ -547,7 +548,7 @@ func TestClusterDeletedDuringList(t *testing.T) {
 				t.Error(err)
 			}
 			// Let some Lists run against the new Manager.
-			eventually(t, 30*time.Second, fmt.Sprintf("lists in round %d", round), func() bool { return lists.Load() > before+3 })
+			test.Eventually(t, 30*time.Second, fmt.Sprintf("lists in round %d", round), func() bool { return lists.Load() > before+3 })
 		}
 	}
 	stop.Store(true)
@@ -558,7 +559,7 @@ func TestClusterDeletedDuringList(t *testing.T) {
 	}
 	// Everything Ready again: the List is whole.
 	var list corev1.ConfigMapList
-	eventually(t, 20*time.Second, "whole again", func() bool {
+	test.Eventually(t, 20*time.Second, "whole again", func() bool {
 		return c.List(context.Background(), &list, crclient.InNamespace(ns)) == nil && len(list.Items) == 4
 	})
 	want := []string{"c1/x", "c2/x", "d1/x", "d2/x"}

@@ -2,12 +2,9 @@ package client_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,26 +76,6 @@ func serverOptions(log logr.Logger, namespaces ...string) ctrl.Options {
 	return o
 }
 
-// runServer starts srv and returns the function that stops it.
-func runServer(srv *server.Server) func() error {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Start(ctx) }()
-	var once sync.Once
-	var stopErr error
-	return func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case stopErr = <-done:
-			case <-time.After(time.Minute):
-				stopErr = errors.New("server did not stop within a minute")
-			}
-		})
-		return stopErr
-	}
-}
-
 // waitReadyErr waits until every named member is Ready.
 func waitReadyErr(srv *server.Server, within time.Duration, names ...string) error {
 	deadline := time.Now().Add(within)
@@ -148,7 +125,7 @@ func sharedServer(t testing.TB) *server.Server {
 				return
 			}
 		}
-		stop := runServer(srv)
+		stop := test.Background(srv)
 		stops.Lock()
 		stops.fns = append(stops.fns, stop)
 		stops.Unlock()
@@ -175,12 +152,7 @@ func startServer(t testing.TB, ns string, add ...*config.NamedConfig) *server.Se
 			t.Fatal(err)
 		}
 	}
-	stop := runServer(srv)
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("stopping server: %v", err)
-		}
-	})
+	test.Run(t, srv)
 	return srv
 }
 
@@ -192,62 +164,19 @@ func named(name, cluster string) *config.NamedConfig {
 }
 
 // admin returns the test's own uncached client of a cluster: what the
-// tests check the fan-out client's work with.
+// tests check the fan-out client's work with (test.Cluster.AdminClient).
 func admin(t testing.TB, cluster string) crclient.Client {
 	t.Helper()
-	admins.Lock()
-	defer admins.Unlock()
-	if c, ok := admins.m[cluster]; ok {
-		return c
-	}
-	c, err := fleet.Cluster(cluster).Client(crclient.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	admins.m[cluster] = c
-	return c
+	return fleet.Cluster(cluster).AdminClient(t)
 }
-
-var admins = struct {
-	sync.Mutex
-	m map[string]crclient.Client
-}{m: map[string]crclient.Client{}}
-
-var nsSeq atomic.Int64
 
 // testNamespace creates a namespace named after the test (and unique, for
-// -count) in every member.
+// -count) in every cluster.
 func testNamespace(t testing.TB) string {
 	t.Helper()
-	ns := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
-	if len(ns) > 50 {
-		ns = ns[:50]
-	}
-	ns = fmt.Sprintf("%s-%d", strings.TrimSuffix(ns, "-"), nsSeq.Add(1))
-	for _, c := range members {
-		createNamespace(t, c, ns)
-	}
+	ns := test.NamespaceName(t)
+	fleet.CreateNamespace(t, ns)
 	return ns
-}
-
-func createNamespace(t testing.TB, cluster, ns string) {
-	t.Helper()
-	err := admin(t, cluster).Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func configMap(ns, name string, data map[string]string) *corev1.ConfigMap {

@@ -194,6 +194,17 @@ func (e *kubeFedEnv) namespace(t *testing.T, c client.Client, name string) {
 	}
 }
 
+// join joins e.member to KubeFed on host (the host, or the member standing
+// in for one) as kubefedctl join does: test.JoinKubeFed.
+func (e *kubeFedEnv) join(t *testing.T, host *test.Cluster, ns, name, token string) *test.KubeFedJoin {
+	t.Helper()
+	j, err := test.JoinKubeFed(t.Context(), host.Config, ns, name, e.member.Config, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
 func tokenSecret(ns, name, token string) *corev1.Secret {
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string][]byte{}}
 	if token != "" {
@@ -261,9 +272,8 @@ func (e *kubeFedEnv) testJoinRotateUnjoin(t *testing.T) {
 	r.quiet(kfQuiet)
 
 	// kubefedctl join: the Secret first, then the KubeFedCluster.
-	secret := tokenSecret(ns, "member-x7k2p", e.memberToken)
-	kfc := e.kubeFedCluster(ns, "member", secret.Name)
-	create(t, e.hostClient, secret, kfc)
+	j := e.join(t, e.host, ns, "member", e.memberToken)
+	secret, kfc := j.Secret, j.Cluster
 	ev := r.event(configwatcher.Added, "member")
 	if got, want := ev.Config.Source.Object, "KubeFedCluster "+ns+"/member"; got != want {
 		t.Errorf("Source.Object = %q, want %q", got, want)
@@ -287,8 +297,7 @@ func (e *kubeFedEnv) testJoinRotateUnjoin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secret.Data["token"] = []byte(rotated)
-	if err := e.hostClient.Update(ctx, secret); err != nil {
+	if err := j.RotateToken(ctx, rotated); err != nil {
 		t.Fatal(err)
 	}
 	ev = r.event(configwatcher.Updated, "member")
@@ -297,7 +306,9 @@ func (e *kubeFedEnv) testJoinRotateUnjoin(t *testing.T) {
 
 	// kubefedctl unjoin: the Secret first, then the KubeFedCluster. Exactly
 	// one Deleted, and no error even after the default ErrorDelay.
-	remove(t, e.hostClient, secret, kfc)
+	if err := j.Unjoin(ctx); err != nil {
+		t.Fatal(err)
+	}
 	r.event(configwatcher.Deleted, "member")
 	r.quiet(configwatcher.DefaultKubeFedErrorDelay + kfQuiet)
 	r.noErrors()
@@ -308,24 +319,24 @@ func (e *kubeFedEnv) testSecretGone(t *testing.T) {
 	ns := "kf-secret-gone"
 	e.namespace(t, e.hostClient, ns)
 	r := e.watch(t, e.host.Config, configwatcher.WithKubeFedNamespace(ns), configwatcher.WithKubeFedErrorDelay(kfErrorDelay))
-	secret := tokenSecret(ns, "m-token", e.memberToken)
-	kfc := e.kubeFedCluster(ns, "m", secret.Name)
-	create(t, e.hostClient, secret, kfc)
+	j := e.join(t, e.host, ns, "m", e.memberToken)
 	r.event(configwatcher.Added, "m")
 
 	// The Secret goes, the KubeFedCluster stays: reported, cluster kept.
-	remove(t, e.hostClient, secret)
-	r.err(configwatcher.ErrKubeFedSecretNotFound, "KubeFedCluster "+ns+"/m", "Secret "+ns+"/m-token", "last good config")
+	remove(t, e.hostClient, j.Secret)
+	r.err(configwatcher.ErrKubeFedSecretNotFound, "KubeFedCluster "+ns+"/m", "Secret "+ns+"/"+j.Secret.Name, "last good config")
 	r.quiet(kfQuiet)
 	r.noErrors() // reported once
 
 	// Back with the same token: nothing changed.
-	create(t, e.hostClient, tokenSecret(ns, "m-token", e.memberToken))
+	back := tokenSecret(ns, j.Secret.Name, e.memberToken)
+	back.Data["ca.crt"] = j.Secret.Data["ca.crt"]
+	create(t, e.hostClient, back)
 	r.quiet(kfQuiet)
 	r.noErrors()
 
 	// And the KubeFedCluster's removal is what removes the cluster.
-	remove(t, e.hostClient, kfc)
+	remove(t, e.hostClient, j.Cluster)
 	r.event(configwatcher.Deleted, "m")
 	if err := e.hostClient.DeleteAllOf(ctx, &corev1.Secret{}, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
@@ -352,10 +363,10 @@ func (e *kubeFedEnv) testSecretWithoutToken(t *testing.T) {
 	ns := "kf-no-token"
 	e.namespace(t, e.hostClient, ns)
 	r := e.watch(t, e.host.Config, configwatcher.WithKubeFedNamespace(ns), configwatcher.WithKubeFedErrorDelay(kfErrorDelay))
-	secret := tokenSecret(ns, "bad-token", "")
-	secret.Data["ca.crt"] = e.member.Config.CAData
-	create(t, e.hostClient, secret, e.kubeFedCluster(ns, "bad", secret.Name))
-	r.err(configwatcher.ErrKubeFedSecretNoToken, "KubeFedCluster "+ns+"/bad", "Secret "+ns+"/bad-token")
+	// A join whose Secret has no token (yet).
+	j := e.join(t, e.host, ns, "bad", "")
+	secret := j.Secret
+	r.err(configwatcher.ErrKubeFedSecretNoToken, "KubeFedCluster "+ns+"/bad", "Secret "+ns+"/"+secret.Name)
 
 	// The same problem is not reported again on every change.
 	secret.Labels = map[string]string{"touched": "yes"}
@@ -366,8 +377,7 @@ func (e *kubeFedEnv) testSecretWithoutToken(t *testing.T) {
 	r.noErrors()
 
 	// A token with a trailing newline, as written from a file, is fixed up.
-	secret.Data["token"] = []byte(e.memberToken + "\n")
-	if err := e.hostClient.Update(ctx, secret); err != nil {
+	if err := j.RotateToken(ctx, e.memberToken+"\n"); err != nil {
 		t.Fatal(err)
 	}
 	ev := r.event(configwatcher.Added, "bad")
@@ -379,9 +389,7 @@ func (e *kubeFedEnv) testRequireReady(t *testing.T) {
 	ns := "kf-require-ready"
 	e.namespace(t, e.hostClient, ns)
 	r := e.watch(t, e.host.Config, configwatcher.WithKubeFedNamespace(ns), configwatcher.RequireReady())
-	secret := tokenSecret(ns, "r-token", e.memberToken)
-	kfc := e.kubeFedCluster(ns, "r", secret.Name)
-	create(t, e.hostClient, secret, kfc)
+	kfc := e.join(t, e.host, ns, "r", e.memberToken).Cluster
 	// No status yet: not Ready, not published.
 	r.quiet(kfQuiet)
 
@@ -419,8 +427,7 @@ func (e *kubeFedEnv) testCRDMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The member's own API server stands in for the joined cluster.
-	secret := tokenSecret(ns, "self-token", e.memberToken)
-	create(t, memberClient, secret, e.kubeFedCluster(ns, "self", secret.Name))
+	e.join(t, e.member, ns, "self", e.memberToken)
 	ev := r.event(configwatcher.Added, "self")
 	e.reaches(t, ev.Config.Config, e.memberToken)
 }
@@ -428,8 +435,7 @@ func (e *kubeFedEnv) testCRDMissing(t *testing.T) {
 func (e *kubeFedEnv) testStop(t *testing.T) {
 	ns := "kf-stop"
 	e.namespace(t, e.hostClient, ns)
-	secret := tokenSecret(ns, "s-token", e.memberToken)
-	create(t, e.hostClient, secret, e.kubeFedCluster(ns, "s", secret.Name))
+	e.join(t, e.host, ns, "s", e.memberToken)
 
 	check := func(t *testing.T, w *configwatcher.KubeFedWatcher) {
 		t.Helper()
@@ -455,13 +461,7 @@ func (e *kubeFedEnv) testStop(t *testing.T) {
 	t.Run("WithUnreadEvents", func(t *testing.T) {
 		r := e.watch(t, e.host.Config, configwatcher.WithKubeFedNamespace(ns))
 		// Wait until the event is there, then never read it.
-		deadline := time.Now().Add(kfPatience)
-		for len(r.w.Events()) == 0 {
-			if time.Now().After(deadline) {
-				t.Fatal("no event")
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		test.Eventually(t, kfPatience, "an event", func() bool { return len(r.w.Events()) > 0 })
 		check(t, r.w)
 	})
 	t.Run("WhileRetrying", func(t *testing.T) {

@@ -18,7 +18,6 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -221,40 +220,17 @@ func (p *process) terminate() {
 	p.t.Logf("%s exited 0, %s after SIGTERM", p.name, time.Since(begin).Round(time.Millisecond))
 }
 
-// eventually polls cond until it holds, fails, or patience runs out.
+// eventually waits, at most patience, until cond holds; an error from cond
+// fails the test at once (a sample that exited will not recover).
 func eventually(t *testing.T, what string, cond func() (bool, error)) {
 	t.Helper()
-	deadline := time.Now().Add(patience)
-	for {
+	test.Eventually(t, patience, what, func() bool {
 		ok, err := cond()
 		if err != nil {
 			t.Fatalf("waiting for %s: %v", what, err)
 		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s", patience, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func adminClient(t *testing.T, c *test.Cluster) client.Client {
-	t.Helper()
-	cl, err := c.Client(client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cl
-}
-
-func createNamespace(t *testing.T, c client.Client, name string) {
-	t.Helper()
-	err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
+		return ok
+	})
 }
 
 // createConfigMap creates a ConfigMap, opted in to the samples' reconciler

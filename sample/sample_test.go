@@ -11,15 +11,10 @@ import (
 	"testing"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/kubefed/pkg/apis/core/v1beta1"
 
 	"github.com/mccr-dev/mccr/configwatcher"
 	"github.com/mccr-dev/mccr/test"
@@ -31,11 +26,11 @@ func TestBasic(t *testing.T) {
 	f := sharedFleet(t)
 	host := f.Cluster("host")
 	const ns = "basic"
+	f.CreateNamespace(t, ns)
 	members := map[string]client.Client{}
 	for _, name := range []string{"m1", "m2"} {
-		c := adminClient(t, f.Cluster(name))
+		c := f.Cluster(name).AdminClient(t)
 		members[name] = c
-		createNamespace(t, c, ns)
 		// Present before the sample starts: found by the initial list.
 		createConfigMap(t, c, ns, "before", true)
 		createConfigMap(t, c, ns, "not-opted-in", false)
@@ -85,7 +80,7 @@ func TestBasic(t *testing.T) {
 	httpGet(t, "http://"+probes+"/readyz", "ok")
 	httpGet(t, "http://"+metrics+"/metrics", `mccr_cluster_ready{cluster="m1"} 1`, `mccr_cluster_ready{cluster="m2"} 1`)
 	var lease coordinationv1.Lease
-	if err := adminClient(t, host).Get(t.Context(), types.NamespacedName{Namespace: "default", Name: "basic.sample.mccr.dev"}, &lease); err != nil {
+	if err := host.AdminClient(t).Get(t.Context(), types.NamespacedName{Namespace: "default", Name: "basic.sample.mccr.dev"}, &lease); err != nil {
 		t.Fatalf("leader election Lease on the host: %v", err)
 	}
 	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
@@ -100,9 +95,9 @@ func TestBasic(t *testing.T) {
 func TestFileWatcher(t *testing.T) {
 	f := sharedFleet(t)
 	const ns = "filewatcher"
-	m1, m2 := adminClient(t, f.Cluster("m1")), adminClient(t, f.Cluster("m2"))
+	f.CreateNamespace(t, ns)
+	m1, m2 := f.Cluster("m1").AdminClient(t), f.Cluster("m2").AdminClient(t)
 	for _, c := range []client.Client{m1, m2} {
-		createNamespace(t, c, ns)
 		createConfigMap(t, c, ns, "cm", true)
 	}
 	dir := t.TempDir()
@@ -154,28 +149,15 @@ func TestKubeFed(t *testing.T) {
 	if err := test.InstallCRDs(host.Config, crds); err != nil {
 		t.Fatal(err)
 	}
-	scheme := runtime.NewScheme()
-	if err := corev1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1beta1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	hostClient, err := host.Client(client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kfNS := configwatcher.DefaultKubeFedNamespace
-	createNamespace(t, hostClient, kfNS)
 
 	const ns = "kubefed"
+	f.CreateNamespace(t, ns)
 	members := map[string]client.Client{}
-	joined := map[string][]client.Object{}
+	joined := map[string]*test.KubeFedJoin{}
 	for _, name := range []string{"m1", "m2"} {
-		joined[name] = join(t, hostClient, f.Cluster(name))
-		c := adminClient(t, f.Cluster(name))
+		joined[name] = join(t, host, f.Cluster(name))
+		c := f.Cluster(name).AdminClient(t)
 		members[name] = c
-		createNamespace(t, c, ns)
 		createConfigMap(t, c, ns, "cm", true)
 	}
 
@@ -189,10 +171,8 @@ func TestKubeFed(t *testing.T) {
 	}
 
 	// kubefedctl unjoin m2: its Secret goes first, then its KubeFedCluster.
-	for _, o := range joined["m2"] {
-		if err := hostClient.Delete(t.Context(), o); err != nil {
-			t.Fatal(err)
-		}
+	if err := joined["m2"].Unjoin(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 	p.waitLog("cluster deleted", "cluster", "m2")
 	p.waitLog("All workers finished", "cluster", "m2", "controller", "configmap")
@@ -203,11 +183,10 @@ func TestKubeFed(t *testing.T) {
 }
 
 // join does what `kubefedctl join` does, minus KubeFed's own RBAC: a
-// service account in the member, its token and the member's CA in a
-// Secret on the host, and a KubeFedCluster naming the member's endpoint and
-// that Secret. It returns the objects unjoin deletes, in its order, and
-// undoes everything when the test ends.
-func join(t *testing.T, hostClient client.Client, member *test.Cluster) []client.Object {
+// cluster-admin service account in the member, and on the host the Secret
+// with its token and the KubeFedCluster (test.JoinKubeFed). Everything is
+// undone when the test ends.
+func join(t *testing.T, host, member *test.Cluster) *test.KubeFedJoin {
 	t.Helper()
 	ns := configwatcher.DefaultKubeFedNamespace
 	sa := member.Name + "-host"
@@ -215,37 +194,21 @@ func join(t *testing.T, hostClient client.Client, member *test.Cluster) []client
 	if err != nil {
 		t.Fatal(err)
 	}
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: member.Name + "-"},
-		Data:       map[string][]byte{"token": []byte(token), "ca.crt": member.Config.CAData},
-	}
-	if err := hostClient.Create(t.Context(), secret); err != nil {
-		t.Fatal(err)
-	}
-	kfc := &v1beta1.KubeFedCluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: member.Name},
-		Spec: v1beta1.KubeFedClusterSpec{
-			APIEndpoint: member.Config.Host,
-			CABundle:    member.Config.CAData,
-			SecretRef:   v1beta1.LocalSecretReference{Name: secret.Name},
-		},
-	}
-	if err := hostClient.Create(t.Context(), kfc); err != nil {
+	j, err := test.JoinKubeFed(t.Context(), host.Config, ns, member.Name, member.Config, token)
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		// t.Context is cancelled by now.
 		ctx := context.Background()
-		for _, o := range []client.Object{secret, kfc} {
-			if err := hostClient.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
-				t.Error(err)
-			}
+		if err := j.Unjoin(ctx); err != nil {
+			t.Error(err)
 		}
 		if err := test.DeleteServiceAccount(ctx, member.Config, ns, sa); err != nil {
 			t.Error(err)
 		}
 	})
-	return []client.Object{secret, kfc}
+	return j
 }
 
 // httpGet waits until url answers 200 with a body holding every one of

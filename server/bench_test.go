@@ -1,10 +1,8 @@
 package server_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,42 +10,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/mccr-dev/mccr/config"
-	"github.com/mccr-dev/mccr/known"
 	"github.com/mccr-dev/mccr/server"
+	"github.com/mccr-dev/mccr/test"
 )
-
-// firstReconcile signals the first Reconcile seen in each cluster.
-type firstReconcile struct {
-	mu   sync.Mutex
-	seen map[string]chan struct{}
-}
-
-func (f *firstReconcile) wait(cluster string) chan struct{} {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	ch, ok := f.seen[cluster]
-	if !ok {
-		ch = make(chan struct{})
-		f.seen[cluster] = ch
-	}
-	return ch
-}
-
-func (f *firstReconcile) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
-	name, _ := known.ClusterFrom(ctx)
-	ch := f.wait(name)
-	f.mu.Lock()
-	select {
-	case <-ch:
-	default:
-		close(ch)
-	}
-	f.mu.Unlock()
-	return reconcile.Result{}, nil
-}
 
 // BenchmarkAddToFirstReconcile measures Server.Add of a cluster until its
 // first Reconcile, with 1 and with 10 clusters already running. Each member
@@ -59,7 +26,7 @@ func BenchmarkAddToFirstReconcile(b *testing.B) {
 			for _, m := range members[:3] {
 				createConfigMap(b, m, ns, "one")
 			}
-			f := &firstReconcile{seen: map[string]chan struct{}{}}
+			f := &test.FirstReconcile{}
 			srv, err := server.NewServer(fleet.Cluster("host").Config, ctrl.Options{
 				Metrics:                metricsserver.Options{BindAddress: "0"},
 				HealthProbeBindAddress: "0",
@@ -71,16 +38,13 @@ func BenchmarkAddToFirstReconcile(b *testing.B) {
 			srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
 				return ctrl.NewControllerManagedBy(mgr).Named("first-" + ns).For(&corev1.ConfigMap{}).Complete(f)
 			})
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error)
-			go func() { done <- srv.Start(ctx) }()
-			defer func() { cancel(); <-done }()
+			test.Run(b, srv)
 			for i := 0; i < running; i++ {
 				name := fmt.Sprintf("running-%d", i)
 				if err := srv.Add(config.NewNamedConfig(name, fleet.Cluster(members[i%3]).Config)); err != nil {
 					b.Fatal(err)
 				}
-				<-f.wait(name)
+				<-f.Seen(name)
 			}
 			var took []time.Duration
 			b.ResetTimer()
@@ -91,7 +55,7 @@ func BenchmarkAddToFirstReconcile(b *testing.B) {
 					b.Fatal(err)
 				}
 				select {
-				case <-f.wait(name):
+				case <-f.Seen(name):
 				case <-time.After(time.Minute):
 					b.Fatalf("no reconcile in %s within a minute", name)
 				}

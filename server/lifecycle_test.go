@@ -17,6 +17,7 @@ import (
 
 	"github.com/mccr-dev/mccr/known"
 	"github.com/mccr-dev/mccr/server"
+	"github.com/mccr-dev/mccr/test"
 )
 
 func TestNoGoroutineLeftAfterStartReturns(t *testing.T) {
@@ -30,7 +31,7 @@ func TestNoGoroutineLeftAfterStartReturns(t *testing.T) {
 	}
 	waitReady(t, r.srv, members[:3]...)
 	createConfigMap(t, "m1", ns, "x")
-	eventually(t, 10*time.Second, "reconciled", func() bool { return ackIn(t, "m1", ns, "x") == "m1" })
+	test.Eventually(t, 10*time.Second, "reconciled", func() bool { return ackIn(t, "m1", ns, "x") == "m1" })
 	// A cluster deleted while running, one whose start is still failing.
 	if err := r.srv.Delete("m3"); err != nil {
 		t.Fatal(err)
@@ -41,7 +42,7 @@ func TestNoGoroutineLeftAfterStartReturns(t *testing.T) {
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
-	closeTestConnections()
+	fleet.CloseConnections()
 	goleak.VerifyNone(t, ignore)
 	for _, st := range r.srv.Statuses() {
 		if st.Phase != server.PhaseStopped {
@@ -74,13 +75,13 @@ func TestOnlyTheLeaderReconciles(t *testing.T) {
 		st, _ := r.srv.Status("m1")
 		return st.Phase == server.PhaseReady
 	}
-	eventually(t, 30*time.Second, "one server leads", func() bool { return leads(a) || leads(b) })
+	test.Eventually(t, 30*time.Second, "one server leads", func() bool { return leads(a) || leads(b) })
 	leader, standby := a, b
 	if leads(b) {
 		leader, standby = b, a
 	}
 	createConfigMap(t, "m1", ns, "while-leading")
-	eventually(t, 10*time.Second, "leader reconciles", func() bool { return leader.rec.count("m1", "while-leading") > 0 })
+	test.Eventually(t, 10*time.Second, "leader reconciles", func() bool { return leader.rec.count("m1", "while-leading") > 0 })
 	if n := standby.rec.total("m1") + standby.rec.total("m2"); n != 0 {
 		t.Fatalf("standby reconciled %d times", n)
 	}
@@ -91,9 +92,9 @@ func TestOnlyTheLeaderReconciles(t *testing.T) {
 	if err := leader.stop(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "standby takes over", func() bool { return leads(standby) })
+	test.Eventually(t, 30*time.Second, "standby takes over", func() bool { return leads(standby) })
 	createConfigMap(t, "m2", ns, "after-takeover")
-	eventually(t, 10*time.Second, "new leader reconciles", func() bool { return standby.rec.count("m2", "after-takeover") > 0 })
+	test.Eventually(t, 10*time.Second, "new leader reconciles", func() bool { return standby.rec.count("m2", "after-takeover") > 0 })
 }
 
 // eventReconciler is built per member inside its setup, the way a reconciler
@@ -147,7 +148,7 @@ func TestEventsAndFieldIndexesPerCluster(t *testing.T) {
 		}
 	}
 	for _, name := range members[:2] {
-		eventually(t, 15*time.Second, "event in "+name, func() bool {
+		test.Eventually(t, 15*time.Second, "event in "+name, func() bool {
 			var list eventsv1.EventList
 			if err := adminClient(t, name).List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 				t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/known"
 	"github.com/mccr-dev/mccr/server"
+	"github.com/mccr-dev/mccr/test"
 )
 
 func TestUnchangedReconcilerRunsInEveryCluster(t *testing.T) {
@@ -29,7 +30,7 @@ func TestUnchangedReconcilerRunsInEveryCluster(t *testing.T) {
 		createConfigMap(t, name, ns, "from-"+name)
 	}
 	for _, name := range three {
-		eventually(t, 10*time.Second, "ack in "+name, func() bool { return ackIn(t, name, ns, "from-"+name) == name })
+		test.Eventually(t, 10*time.Second, "ack in "+name, func() bool { return ackIn(t, name, ns, "from-"+name) == name })
 	}
 	// Each write landed in its own cluster only.
 	for _, name := range three {
@@ -70,7 +71,7 @@ func TestAddDeleteReAddAndUpdateWhileRunning(t *testing.T) {
 	if err := r.srv.Add(m4.Named); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "m4 reconciles", func() bool { return ackIn(t, "m4", ns, "first") == "m4" })
+	test.Eventually(t, 15*time.Second, "m4 reconciles", func() bool { return ackIn(t, "m4", ns, "first") == "m4" })
 
 	// Same config again: no-op. Different config under a known name: refused.
 	if err := r.srv.Add(m4.Named); err != nil {
@@ -104,7 +105,7 @@ func TestAddDeleteReAddAndUpdateWhileRunning(t *testing.T) {
 	if err := r.srv.Add(m4.Named); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "m4 reconciles after re-Add", func() bool { return ackIn(t, "m4", ns, "after-delete") == "m4" })
+	test.Eventually(t, 15*time.Second, "m4 reconciles after re-Add", func() bool { return ackIn(t, "m4", ns, "after-delete") == "m4" })
 
 	// Update m4 with new credentials: only m4 restarts.
 	others := map[string]server.ClusterStatus{}
@@ -124,7 +125,7 @@ func TestAddDeleteReAddAndUpdateWhileRunning(t *testing.T) {
 	}
 	waitReady(t, r.srv, "m4")
 	createConfigMap(t, "m4", ns, "after-update")
-	eventually(t, 15*time.Second, "m4 reconciles after Update", func() bool { return ackIn(t, "m4", ns, "after-update") == "m4" })
+	test.Eventually(t, 15*time.Second, "m4 reconciles after Update", func() bool { return ackIn(t, "m4", ns, "after-update") == "m4" })
 	for _, n := range members[:3] {
 		now, _ := r.srv.Status(n)
 		if now.Phase != server.PhaseReady || !now.Since.Equal(others[n].Since) || now.Restarts != others[n].Restarts {
@@ -166,7 +167,7 @@ func TestUnreachableMemberIsolatedAndRecovers(t *testing.T) {
 	if took := time.Since(begin); took > 100*time.Millisecond {
 		t.Errorf("Add of an unreachable cluster took %s", took)
 	}
-	eventually(t, 10*time.Second, "m4 Failed", func() bool {
+	test.Eventually(t, 10*time.Second, "m4 Failed", func() bool {
 		st, _ := r.srv.Status("m4")
 		return st.Phase == server.PhaseFailed && st.LastError != nil && !st.NextRetry.IsZero()
 	})
@@ -178,7 +179,7 @@ func TestUnreachableMemberIsolatedAndRecovers(t *testing.T) {
 	// The others keep reconciling meanwhile.
 	for _, name := range members[:2] {
 		createConfigMap(t, name, ns, "while-m4-down")
-		eventually(t, 10*time.Second, name+" reconciles", func() bool { return ackIn(t, name, ns, "while-m4-down") == name })
+		test.Eventually(t, 10*time.Second, name+" reconciles", func() bool { return ackIn(t, name, ns, "while-m4-down") == name })
 	}
 	// The API server comes up on that address: m4 becomes Ready by itself.
 	if err := m4.StartAPIServer(context.Background()); err != nil {
@@ -187,7 +188,7 @@ func TestUnreachableMemberIsolatedAndRecovers(t *testing.T) {
 	restarted = true
 	waitReady(t, r.srv, "m4")
 	createConfigMap(t, "m4", ns, "m4-back")
-	eventually(t, 10*time.Second, "m4 reconciles", func() bool { return ackIn(t, "m4", ns, "m4-back") == "m4" })
+	test.Eventually(t, 10*time.Second, "m4 reconciles", func() bool { return ackIn(t, "m4", ns, "m4-back") == "m4" })
 }
 
 func TestKilledMemberAPIServerRecovers(t *testing.T) {
@@ -205,11 +206,11 @@ func TestKilledMemberAPIServerRecovers(t *testing.T) {
 	}
 	for _, name := range members[:2] {
 		createConfigMap(t, name, ns, "during-outage")
-		eventually(t, 10*time.Second, name+" reconciles during m3's outage", func() bool { return ackIn(t, name, ns, "during-outage") == name })
+		test.Eventually(t, 10*time.Second, name+" reconciles during m3's outage", func() bool { return ackIn(t, name, ns, "during-outage") == name })
 	}
 	if err := m3.StartAPIServer(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	createConfigMap(t, "m3", ns, "after-outage")
-	eventually(t, 45*time.Second, "m3 reconciles after its API server returns", func() bool { return ackIn(t, "m3", ns, "after-outage") == "m3" })
+	test.Eventually(t, 45*time.Second, "m3 reconciles after its API server returns", func() bool { return ackIn(t, "m3", ns, "after-outage") == "m3" })
 }

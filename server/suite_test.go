@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/mccr-dev/mccr/internal/conntrack"
 	"github.com/mccr-dev/mccr/known"
 	"github.com/mccr-dev/mccr/server"
 	"github.com/mccr-dev/mccr/test"
@@ -119,60 +118,16 @@ func (r *ConfigMapReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // testNamespace creates a namespace named after the test in every cluster.
 func testNamespace(t testing.TB) string {
 	t.Helper()
-	ns := strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-			return r
-		}
-		return '-'
-	}, strings.ToLower(t.Name()))
-	ns = strings.Trim(ns[:min(len(ns), 50)], "-")
-	for _, c := range fleet.Clusters {
-		cl := adminClient(t, c.Name)
-		err := cl.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
+	ns := test.NamespaceName(t)
+	fleet.CreateNamespace(t, ns)
 	return ns
 }
 
-// adminClient returns the test's own client for a cluster. Its connections
-// are tracked so closeTestConnections can close them before a leak check.
+// adminClient returns the test's own client for a cluster; see
+// test.Cluster.AdminClient.
 func adminClient(t testing.TB, cluster string) client.Client {
 	t.Helper()
-	admins.Lock()
-	defer admins.Unlock()
-	if a, ok := admins.m[cluster]; ok {
-		return a.client
-	}
-	cfg, conns := conntrack.Wrap(fleet.Cluster(cluster).Config)
-	cl, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	admins.m[cluster] = admin{cl, conns}
-	return cl
-}
-
-type admin struct {
-	client client.Client
-	conns  *conntrack.Tracker
-}
-
-var admins = struct {
-	sync.Mutex
-	m map[string]admin
-}{m: map[string]admin{}}
-
-// closeTestConnections closes the test's own connections, so that a leak
-// check sees only what a Server left behind.
-func closeTestConnections() {
-	admins.Lock()
-	defer admins.Unlock()
-	for _, a := range admins.m {
-		a.conns.Close()
-	}
-	admins.m = map[string]admin{}
+	return fleet.Cluster(cluster).AdminClient(t)
 }
 
 type running struct {
@@ -202,40 +157,8 @@ func startServer(t testing.TB, ns string, mutate func(*ctrl.Options), opts ...se
 	r := &ConfigMapReconciler{Client: srv.GetClient(), rec: rec, name: "configmaps-" + ns}
 	srv.AddReconcilerSetup(r.SetupWithManager)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Start(ctx) }()
-	var once sync.Once
-	var stopErr error
-	stop := func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case stopErr = <-done:
-			case <-time.After(time.Minute):
-				stopErr = fmt.Errorf("server did not stop within a minute")
-			}
-		})
-		return stopErr
-	}
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("stopping server: %v", err)
-		}
-	})
+	stop := test.Run(t, srv)
 	return &running{srv: srv, rec: rec, stop: stop}
-}
-
-// eventually polls cond every 50ms until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func createConfigMap(t testing.TB, cluster, ns, name string) {
@@ -263,7 +186,7 @@ func ackIn(t testing.TB, cluster, ns, name string) string {
 func waitReady(t testing.TB, srv *server.Server, names ...string) {
 	t.Helper()
 	for _, n := range names {
-		eventually(t, 60*time.Second, n+" Ready", func() bool {
+		test.Eventually(t, 60*time.Second, n+" Ready", func() bool {
 			st, err := srv.Status(n)
 			return err == nil && st.Phase == server.PhaseReady
 		})

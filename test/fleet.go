@@ -87,7 +87,8 @@ type Cluster struct {
 	// Env is the underlying envtest environment.
 	Env *envtest.Environment
 
-	proc apiServerProcess
+	proc  apiServerProcess
+	admin adminClient
 }
 
 // Start starts one API server per name, in parallel, and writes their
@@ -169,10 +170,12 @@ func (f *Fleet) Configs() []*config.NamedConfig {
 	return out
 }
 
-// Stop stops every API server in parallel and removes files the fleet
-// created. It is safe to call more than once.
+// Stop closes the connections of the admin clients, stops every API server
+// in parallel and removes files the fleet created. It is safe to call more
+// than once.
 func (f *Fleet) Stop() error {
 	f.stopOnce.Do(func() {
+		f.CloseConnections()
 		errs := make([]error, len(f.Clusters))
 		var wg sync.WaitGroup
 		for i, c := range f.Clusters {

@@ -138,7 +138,7 @@ func TestChurnAddDelete100(t *testing.T) {
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
-	closeAdminConnections()
+	fleet.CloseConnections()
 	leak := "none"
 	if err := goleak.Find(ignore); err != nil {
 		leak = "FOUND"

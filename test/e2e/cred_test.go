@@ -10,11 +10,8 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/kubefed/pkg/apis/core/v1beta1"
 
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/configwatcher"
@@ -54,7 +51,7 @@ func checkAcks(t testing.TB, fleetCluster, ns string, n, seq int) {
 	t.Helper()
 	for _, o := range objNames(n) {
 		var ack corev1.ConfigMap
-		eventually(t, 10*time.Second, o+"-ack at seq "+strconv.Itoa(seq), func() bool {
+		test.Eventually(t, 10*time.Second, o+"-ack at seq "+strconv.Itoa(seq), func() bool {
 			err := adminClient(t, fleetCluster).Get(context.Background(), client.ObjectKey{Namespace: ns, Name: o + "-ack"}, &ack)
 			got, _ := strconv.Atoi(ack.Data["seq"])
 			return err == nil && got >= seq
@@ -162,38 +159,10 @@ func TestCredRotationKubeFed(t *testing.T) {
 	if err := test.InstallCRDs(host.Config, crds); err != nil {
 		t.Fatal(err)
 	}
-	scheme := runtime.NewScheme()
-	if err := corev1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1beta1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	hc, err := client.New(host.Config, client.Options{Scheme: scheme})
+	fedNS := "kubefed-" + ns // on the host
+	j, err := test.JoinKubeFed(context.Background(), host.Config, fedNS, name, fleet.Cluster(on).Config, s.tok1)
 	if err != nil {
 		t.Fatal(err)
-	}
-	fedNS := "kubefed-" + ns // on the host; namespace() made ns there too
-	if err := hc.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fedNS}}); client.IgnoreAlreadyExists(err) != nil {
-		t.Fatal(err)
-	}
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: fedNS, Name: name + "-token"},
-		Data:       map[string][]byte{"token": []byte(s.tok1)},
-	}
-	member := fleet.Cluster(on).Config
-	kfc := &v1beta1.KubeFedCluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: fedNS, Name: name},
-		Spec: v1beta1.KubeFedClusterSpec{
-			APIEndpoint: member.Host,
-			CABundle:    member.CAData,
-			SecretRef:   v1beta1.LocalSecretReference{Name: secret.Name},
-		},
-	}
-	for _, o := range []client.Object{secret, kfc} {
-		if err := hc.Create(context.Background(), o); err != nil {
-			t.Fatal(err)
-		}
 	}
 
 	r := startFaultServer(t, ns, logr.Discard(), true)
@@ -203,9 +172,8 @@ func TestCredRotationKubeFed(t *testing.T) {
 	}
 	r.srv.Watch(kw)
 	s.run(t, r, func() time.Time {
-		secret.Data["token"] = []byte(s.tok2)
 		at := time.Now()
-		if err := hc.Update(context.Background(), secret); err != nil {
+		if err := j.RotateToken(context.Background(), s.tok2); err != nil {
 			t.Fatal(err)
 		}
 		return at
@@ -294,7 +262,7 @@ func TestRevokedCredentialsFailMember(t *testing.T) {
 		delay    time.Duration
 	}
 	var attempts []attempt
-	eventually(t, 60*time.Second, name+" retried three times", func() bool {
+	test.Eventually(t, 60*time.Second, name+" retried three times", func() bool {
 		st, _ := r.srv.Status(name)
 		if st.Phase == server.PhasePending || st.Phase == server.PhaseReady {
 			t.Fatalf("%s is %s with a revoked token", name, st.Phase)

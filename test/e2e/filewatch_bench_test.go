@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -29,7 +28,7 @@ func BenchmarkFileWriteToReconcile(b *testing.B) {
 	configMaps(b, "a", ns, 1)
 	dir := b.TempDir()
 
-	f := &firstReconcile{seen: map[string]chan struct{}{}}
+	f := &test.FirstReconcile{}
 	srv, err := server.NewServer(fleet.Cluster("host").Config, ctrl.Options{
 		Logger:                 logr.Discard(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -52,10 +51,7 @@ func BenchmarkFileWriteToReconcile(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer observer.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Start(ctx) }()
-	defer func() { cancel(); <-done }()
+	test.Run(b, srv)
 
 	src := fleet.Cluster("a")
 	var toEvent, toReconcile []time.Duration
@@ -74,7 +70,7 @@ func BenchmarkFileWriteToReconcile(b *testing.B) {
 		waitEvent(b, observer, configwatcher.Added, name)
 		toEvent = append(toEvent, time.Since(begin))
 		select {
-		case <-f.wait(name):
+		case <-f.Seen(name):
 		case <-time.After(time.Minute):
 			b.Fatalf("no reconcile in %s", name)
 		}
@@ -85,7 +81,7 @@ func BenchmarkFileWriteToReconcile(b *testing.B) {
 			b.Fatal(err)
 		}
 		waitEvent(b, observer, configwatcher.Deleted, name)
-		eventually(b, 30*time.Second, name+" removed", func() bool {
+		test.Eventually(b, 30*time.Second, name+" removed", func() bool {
 			_, err := srv.Status(name)
 			return err != nil
 		})

@@ -25,6 +25,7 @@ import (
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/known"
 	"github.com/mccr-dev/mccr/server"
+	"github.com/mccr-dev/mccr/test"
 )
 
 // getter Gets each ConfigMap it is asked to reconcile and counts, per
@@ -121,9 +122,7 @@ func BenchmarkFleet100(b *testing.B) {
 		srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
 			return ctrl.NewControllerManagedBy(mgr).Named("scale").For(&corev1.ConfigMap{}).Complete(g)
 		})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- srv.Start(ctx) }()
+		stop := test.Run(b, srv)
 
 		settle()
 		rss0, gr0 := rssKiB(), runtime.NumGoroutine()
@@ -136,7 +135,7 @@ func BenchmarkFleet100(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		eventually(b, 2*time.Minute, "every cluster reconciled every object", func() bool { return g.complete(objects) == clusters })
+		test.Eventually(b, 2*time.Minute, "every cluster reconciled every object", func() bool { return g.complete(objects) == clusters })
 		all := time.Since(begin)
 		failures := 0
 		for _, st := range srv.Statuses() {
@@ -161,8 +160,7 @@ func BenchmarkFleet100(b *testing.B) {
 		b.ReportMetric(float64(gr1-gr0)/clusters, "goroutines/cluster")
 		b.ReportMetric(float64(firsts[len(firsts)/2].Microseconds())/1000, "ms-p50-add-to-first-reconcile")
 
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -158,7 +158,7 @@ func TestSecurityAuthPluginsRefused(t *testing.T) {
 		}
 		return nil
 	}
-	eventually(t, 10*time.Second, "errors naming both files", func() bool { return named(execPath) != nil && named(providerPath) != nil })
+	test.Eventually(t, 10*time.Second, "errors naming both files", func() bool { return named(execPath) != nil && named(providerPath) != nil })
 	execErr, providerErr := named(execPath), named(providerPath)
 	if !errors.Is(execErr, config.ErrAuthPluginRefused) || !strings.Contains(execErr.Error(), "exec") {
 		t.Errorf("error for the exec kubeconfig: %v", execErr)
@@ -184,7 +184,7 @@ func TestSecurityAuthPluginsRefused(t *testing.T) {
 	}
 	r.srv.Watch(fw2)
 	writeFileAtomically(t, filepath.Join(dir2, "exec.kubeconfig"), kubeconfig("sec-exec-allowed", execUser()))
-	eventually(t, 10*time.Second, "sec-exec-allowed added", func() bool { return slices.Contains(r.srv.ClusterNames(), "sec-exec-allowed") })
+	test.Eventually(t, 10*time.Second, "sec-exec-allowed added", func() bool { return slices.Contains(r.srv.ClusterNames(), "sec-exec-allowed") })
 	st := waitPhase(t, r.srv, "sec-exec-allowed", server.PhaseReady, 60*time.Second)
 	if _, err := os.Stat(marker); err != nil {
 		t.Errorf("the accepted exec plugin did not run: %v", err)
@@ -374,7 +374,7 @@ func TestSecurityLogsHoldNoSecrets(t *testing.T) {
 
 	// A broken file.
 	writeFileAtomically(t, file("broken"), kubeconfigs["broken"])
-	eventually(t, 10*time.Second, "broken file reported", func() bool {
+	test.Eventually(t, 10*time.Second, "broken file reported", func() bool {
 		return slices.ContainsFunc(r.srv.WatchErrors(), func(we server.WatchError) bool { return strings.Contains(we.Err.Error(), file("broken")) })
 	})
 	// A password the API server does not accept (it has no basic auth).

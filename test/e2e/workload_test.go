@@ -178,27 +178,7 @@ func startFaultServer(t testing.TB, ns string, log logr.Logger, ack bool, opts .
 	srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
 		return ctrl.NewControllerManagedBy(mgr).Named("seq-" + ns).For(&corev1.ConfigMap{}).Complete(rec)
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Start(ctx) }()
-	var once sync.Once
-	var stopErr error
-	stop := func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case stopErr = <-done:
-			case <-time.After(time.Minute):
-				stopErr = errors.New("server did not stop within a minute")
-			}
-		})
-		return stopErr
-	}
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("stopping server: %v", err)
-		}
-	})
+	stop := test.Run(t, srv)
 	return &faultServer{srv: srv, rec: rec, stop: stop}
 }
 
@@ -206,7 +186,7 @@ func startFaultServer(t testing.TB, ns string, log logr.Logger, ack bool, opts .
 func waitPhase(t testing.TB, srv *server.Server, cluster string, phase server.Phase, within time.Duration) server.ClusterStatus {
 	t.Helper()
 	var st server.ClusterStatus
-	eventually(t, within, cluster+" "+string(phase), func() bool {
+	test.Eventually(t, within, cluster+" "+string(phase), func() bool {
 		var err error
 		st, err = srv.Status(cluster)
 		return err == nil && st.Phase == phase
@@ -392,7 +372,7 @@ func (w *workload) waitRounds(t testing.TB, n int) {
 	w.mu.Lock()
 	want := w.rounds + n
 	w.mu.Unlock()
-	eventually(t, time.Duration(n)*(w.limit+10*time.Second), fmt.Sprintf("%d rounds", n), func() bool {
+	test.Eventually(t, time.Duration(n)*(w.limit+10*time.Second), fmt.Sprintf("%d rounds", n), func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		return w.rounds >= want
@@ -487,7 +467,7 @@ func revokeSA(t testing.TB, cluster, ns, sa, tok string) time.Duration {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "token of "+ns+"/"+sa+" rejected", func() bool {
+	test.Eventually(t, 30*time.Second, "token of "+ns+"/"+sa+" rejected", func() bool {
 		return apierrors.IsUnauthorized(rc.Get().AbsPath("/api").Do(context.Background()).Error())
 	})
 	return time.Since(begin)
