@@ -3,7 +3,9 @@ package test_test
 import (
 	"context"
 	"errors"
+	"github.com/go-logr/logr"
 	"os"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +25,9 @@ import (
 var fleet *test.Fleet
 
 func TestMain(m *testing.M) {
+	// envtest logs through controller-runtime's logger; without one it
+	// prints a warning into the middle of benchmark output.
+	ctrl.SetLogger(logr.Discard())
 	crds, err := test.KubeFedCRDPath()
 	if err != nil {
 		panic(err)
