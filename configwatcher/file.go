@@ -462,8 +462,13 @@ func (w *FileWatcher) updateWatches(files []string) []error {
 
 // reportNew reports the problems that were not there at the last read, so
 // that a broken file is reported once rather than after every event.
+// maxSeparateErrors is how many new problems one read reports one by one;
+// more are reported as one error.
+const maxSeparateErrors = 8
+
 func (w *FileWatcher) reportNew(problems []error) {
 	now := make(map[string]bool, len(problems))
+	var fresh []error
 	for _, p := range problems {
 		msg := p.Error()
 		if now[msg] {
@@ -471,10 +476,20 @@ func (w *FileWatcher) reportNew(problems []error) {
 		}
 		now[msg] = true
 		if !w.reported[msg] {
-			w.pub.report(p)
+			fresh = append(fresh, p)
 		}
 	}
 	w.reported = now
+	if len(fresh) > maxSeparateErrors {
+		// A burst (a directory filling with broken files) becomes one error
+		// naming every file, so that none is lost to the bounded Errors
+		// channel, whose oldest entries give way when nobody keeps up.
+		w.pub.report(fmt.Errorf("configwatcher: %d new problems in %s:\n%w", len(fresh), w.root, errors.Join(fresh...)))
+		return
+	}
+	for _, p := range fresh {
+		w.pub.report(p)
+	}
 }
 
 func appendFlat(errs []error, err error) []error {

@@ -1,0 +1,159 @@
+package e2e
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/mccr-dev/mccr/configwatcher"
+	"github.com/mccr-dev/mccr/server"
+	"github.com/mccr-dev/mccr/test"
+)
+
+// stormFile returns the i-th broken kubeconfig of the storm: random bytes,
+// a good file cut short, a context pointing at nothing, a second claim on
+// a good cluster's context name, an exec user.
+func stormFile(t testing.TB, rng *rand.Rand, i int, good *rest.Config) []byte {
+	t.Helper()
+	valid, err := clientcmd.Write(test.KubeconfigFor(fmt.Sprintf("storm-%d", i), good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch i % 5 {
+	case 0:
+		b := make([]byte, 1+rng.IntN(4096))
+		for j := range b {
+			b[j] = byte(rng.UintN(256))
+		}
+		return b
+	case 1:
+		return valid[:rng.IntN(len(valid)/2)+1]
+	case 2:
+		kc := clientcmdapi.NewConfig()
+		kc.Contexts["dangling"] = &clientcmdapi.Context{Cluster: "nowhere", AuthInfo: "nobody"}
+		out, _ := clientcmd.Write(*kc)
+		return out
+	case 3:
+		// Claims context "a", which a.kubeconfig (sorting first) owns.
+		out, _ := clientcmd.Write(test.KubeconfigFor("a", &rest.Config{Host: "https://127.0.0.1:1", BearerToken: "x"}))
+		return out
+	default:
+		kc := test.KubeconfigFor(fmt.Sprintf("exec-%d", i), good)
+		kc.AuthInfos[fmt.Sprintf("exec-%d", i)] = &clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{Command: "/bin/false", APIVersion: "client.authentication.k8s.io/v1"}}
+		out, _ := clientcmd.Write(kc)
+		return out
+	}
+}
+
+// TestFileStormKeepsFleetReconciling throws 1000 broken kubeconfig files
+// into a directory the Server watches while two good members have steady
+// work: every broken file is reported by name, nothing is added, deleted or
+// restarted, and the members miss no reconcile.
+func TestFileStormKeepsFleetReconciling(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow fault test; runs without -short")
+	}
+	const n = 5
+	ns := namespace(t, "storm")
+	dir := t.TempDir()
+	for _, m := range []string{"a", "b"} {
+		configMaps(t, m, ns, n)
+		if err := test.WriteKubeconfig(filepath.Join(dir, m+".kubeconfig"), m, fleet.Cluster(m).Config); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := startFaultServer(t, ns, logr.Discard(), false)
+	feed, err := configwatcher.NewFileWatcher(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.srv.Watch(feed)
+	before := map[string]server.ClusterStatus{}
+	for _, m := range []string{"a", "b"} {
+		before[m] = waitPhase(t, r.srv, m, server.PhaseReady, 60*time.Second)
+	}
+
+	// A second watcher on the same directory, read continuously, sees every
+	// error (the Server keeps only the latest few).
+	observer, err := configwatcher.NewFileWatcher(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var reported []string
+	collected := make(chan struct{})
+	go func() {
+		defer close(collected)
+		events, errs := observer.Events(), observer.Errors()
+		for events != nil || errs != nil {
+			select {
+			case _, ok := <-events:
+				if !ok {
+					events = nil
+				}
+			case err, ok := <-errs:
+				if !ok {
+					errs = nil
+					continue
+				}
+				mu.Lock()
+				reported = append(reported, err.Error())
+				mu.Unlock()
+			}
+		}
+	}()
+
+	w := newWorkload(t, r.rec, ns, n, membersNamed("a", "b"), 2*time.Second)
+	w.start()
+	rng := rand.New(rand.NewPCG(1, 2))
+	var paths []string
+	for i := 0; i < 1000; i++ {
+		p := filepath.Join(dir, fmt.Sprintf("storm-%04d.kubeconfig", i))
+		if err := os.WriteFile(p, stormFile(t, rng, i, fleet.Cluster("a").Config), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	unreported := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		var missing []string
+		for _, p := range paths {
+			if !slices.ContainsFunc(reported, func(e string) bool { return strings.Contains(e, p) }) {
+				missing = append(missing, filepath.Base(p))
+			}
+		}
+		return missing
+	}
+	test.Eventually(t, 60*time.Second, "every broken file reported by name", func() bool { return len(unreported()) == 0 })
+	w.waitRounds(t, 3)
+	w.stop()
+	observer.Stop()
+	<-collected
+
+	if names := r.srv.ClusterNames(); !slices.Equal(names, []string{"a", "b"}) {
+		t.Errorf("clusters after the storm: %v, want [a b]", names)
+	}
+	for _, m := range []string{"a", "b"} {
+		st, _ := r.srv.Status(m)
+		if st.Phase != server.PhaseReady || st.Restarts != before[m].Restarts || !st.Since.Equal(before[m].Since) {
+			t.Errorf("%s was disturbed by the storm: before %+v, after %+v", m, before[m], st)
+		}
+	}
+	if len(r.srv.WatchErrors()) == 0 {
+		t.Error("the Server kept none of the watcher's errors")
+	}
+	w.report(t, "storm: members a, b")
+	t.Logf("figure: storm: 1000 broken files, %d errors reported, every file named", len(reported))
+}
