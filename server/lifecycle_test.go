@@ -24,12 +24,7 @@ func TestNoGoroutineLeftAfterStartReturns(t *testing.T) {
 	ns := testNamespace(t)
 	ignore := goleak.IgnoreCurrent()
 	r := startServer(t, ns, nil)
-	for _, name := range members[:3] {
-		if err := r.srv.Add(fleet.Cluster(name).Named); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitReady(t, r.srv, members[:3]...)
+	addReady(t, r.srv, members[:3]...)
 	createConfigMap(t, "m1", ns, "x")
 	test.Eventually(t, 10*time.Second, "reconciled", func() bool { return ackIn(t, "m1", ns, "x") == "m1" })
 	// A cluster deleted while running, one whose start is still failing.
@@ -135,12 +130,7 @@ func TestEventsAndFieldIndexesPerCluster(t *testing.T) {
 		rec := &eventReconciler{Client: r.srv.GetClient(), events: mgr.GetEventRecorder("mccr-test"), seen: seen}
 		return ctrl.NewControllerManagedBy(mgr).Named("events-" + ns).For(&corev1.ConfigMap{}).Complete(rec)
 	})
-	for _, name := range members[:2] {
-		if err := r.srv.Add(fleet.Cluster(name).Named); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitReady(t, r.srv, members[:2]...)
+	addReady(t, r.srv, members[:2]...)
 	for _, name := range members[:2] {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owned-" + name, Namespace: ns}, Data: map[string]string{"owner": "me"}}
 		if err := adminClient(t, name).Create(context.Background(), cm); err != nil {

@@ -20,12 +20,7 @@ func TestUnchangedReconcilerRunsInEveryCluster(t *testing.T) {
 	ns := testNamespace(t)
 	r := startServer(t, ns, nil)
 	three := members[:3]
-	for _, name := range three {
-		if err := r.srv.Add(fleet.Cluster(name).Named); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitReady(t, r.srv, three...)
+	addReady(t, r.srv, three...)
 	for _, name := range three {
 		createConfigMap(t, name, ns, "from-"+name)
 	}
@@ -56,12 +51,7 @@ func TestUnchangedReconcilerRunsInEveryCluster(t *testing.T) {
 func TestAddDeleteReAddAndUpdateWhileRunning(t *testing.T) {
 	ns := testNamespace(t)
 	r := startServer(t, ns, nil)
-	for _, name := range members[:3] {
-		if err := r.srv.Add(fleet.Cluster(name).Named); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitReady(t, r.srv, members[:3]...)
+	addReady(t, r.srv, members[:3]...)
 	// The test's own connection to m4 exists before the baseline is taken.
 	createConfigMap(t, "m4", ns, "first")
 	baseline := settledGoroutines()
@@ -143,12 +133,7 @@ func TestUnreachableMemberIsolatedAndRecovers(t *testing.T) {
 		o.Backoff.Duration = 200 * time.Millisecond
 		o.Backoff.Cap = time.Second
 	})
-	for _, name := range members[:2] {
-		if err := r.srv.Add(fleet.Cluster(name).Named); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitReady(t, r.srv, members[:2]...)
+	addReady(t, r.srv, members[:2]...)
 
 	m4 := fleet.Cluster("m4")
 	if err := m4.StopAPIServer(); err != nil {
@@ -194,12 +179,7 @@ func TestUnreachableMemberIsolatedAndRecovers(t *testing.T) {
 func TestKilledMemberAPIServerRecovers(t *testing.T) {
 	ns := testNamespace(t)
 	r := startServer(t, ns, nil)
-	for _, name := range members[:3] {
-		if err := r.srv.Add(fleet.Cluster(name).Named); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitReady(t, r.srv, members[:3]...)
+	addReady(t, r.srv, members[:3]...)
 	m3 := fleet.Cluster("m3")
 	if err := m3.StopAPIServer(); err != nil {
 		t.Fatal(err)

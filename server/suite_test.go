@@ -183,6 +183,18 @@ func ackIn(t testing.TB, cluster, ns, name string) string {
 	return cm.Data["cluster"]
 }
 
+// addReady adds the fleet's clusters of these names and waits until they
+// are Ready.
+func addReady(t testing.TB, srv *server.Server, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		if err := srv.Add(fleet.Cluster(name).Named); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitReady(t, srv, names...)
+}
+
 func waitReady(t testing.TB, srv *server.Server, names ...string) {
 	t.Helper()
 	for _, n := range names {
