@@ -71,7 +71,11 @@ lint: vet ## gofmt check + vet.
 
 .PHONY: test
 test: $(ASSETS_DEP) lint ## Build API-server binaries if missing, then vet and run every test with -race.
-	$(GO) test -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+	$(GO) test -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $$($(GO) list ./... | grep -v /test/e2e)
+	@# The end-to-end fault suite prints the figures it measured (lines with "figure:").
+	@mkdir -p bin
+	$(GO) test -race -v -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./test/e2e/ > bin/e2e.out 2>&1 || { cat bin/e2e.out; exit 1; }
+	@grep -E '^(--- |ok|FAIL|PASS)|figure:' bin/e2e.out
 
 .PHONY: test-short
 test-short: $(ASSETS_DEP) ## Quick run: skips the slow fault/scale parts.
