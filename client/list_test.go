@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -263,19 +262,18 @@ func TestFleetWideList(t *testing.T) {
 }
 
 // unreachable names a cluster whose API server address refuses connections.
-func unreachable(name string) *config.NamedConfig {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func unreachable(t testing.TB, name string) *config.NamedConfig {
+	t.Helper()
+	nc, err := test.Unreachable(name)
 	if err != nil {
-		panic(err)
+		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return config.NewNamedConfig(name, &rest.Config{Host: "https://" + addr, BearerToken: "none", TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	return nc
 }
 
 func TestFleetWideListWithAMemberNotReady(t *testing.T) {
 	ns := testNamespace(t)
-	srv := startServer(t, ns, named("c1", "c1"), named("c2", "c2"), unreachable("ghost"))
+	srv := startServer(t, ns, named("c1", "c1"), named("c2", "c2"), unreachable(t, "ghost"))
 	waitReady(t, srv, "c1", "c2")
 	c := srv.GetClient()
 	bg := context.Background()

@@ -63,7 +63,7 @@ func TestDemoTour(t *testing.T) {
 // 130; Ctrl-C is the normal end of --wait, which exits 0.
 func TestDemoInterrupt(t *testing.T) {
 	if testing.Short() {
-		t.Skip("slow: starts three fleets of five API servers; runs without -short")
+		t.Skip("-short: slow, starts three fleets of five API servers; make test runs it")
 	}
 	for _, tc := range []struct {
 		name  string

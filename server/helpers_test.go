@@ -2,11 +2,10 @@ package server_test
 
 import (
 	"errors"
-	"net"
 
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/server"
-	"k8s.io/client-go/rest"
+	"github.com/mccr-dev/mccr/test"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -58,12 +57,11 @@ func ptrDuration(d time.Duration) *time.Duration { return &d }
 func isNotFound(err error) bool { return errors.Is(err, server.ErrClusterNotFound) }
 
 // unreachable names a cluster whose API server address refuses connections.
-func unreachable(name string) *config.NamedConfig {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func unreachable(t testing.TB, name string) *config.NamedConfig {
+	t.Helper()
+	nc, err := test.Unreachable(name)
 	if err != nil {
-		panic(err)
+		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return config.NewNamedConfig(name, &rest.Config{Host: "https://" + addr, BearerToken: "not-a-real-token", TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	return nc
 }

@@ -31,7 +31,7 @@ func TestNoGoroutineLeftAfterStartReturns(t *testing.T) {
 	if err := r.srv.Delete("m3"); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.srv.Add(unreachable("nowhere")); err != nil {
+	if err := r.srv.Add(unreachable(t, "nowhere")); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.stop(); err != nil {

@@ -31,7 +31,7 @@ func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 // members must not miss a write.
 func TestChurnAddDelete100(t *testing.T) {
 	if testing.Short() {
-		t.Skip("slow fault test; runs without -short")
+		t.Skip("-short: slow fault test against real API servers; make test runs it")
 	}
 	const (
 		cycles          = 100

@@ -113,7 +113,7 @@ func (s rotationScenario) run(t *testing.T, r *faultServer, rotate func() time.T
 // the old token.
 func TestCredRotationFile(t *testing.T) {
 	if testing.Short() {
-		t.Skip("slow fault test; runs without -short")
+		t.Skip("-short: slow fault test against real API servers; make test runs it")
 	}
 	const name, on, n = "rot-file", "b", 5
 	ns := namespace(t, "cred-file")
@@ -143,7 +143,7 @@ func TestCredRotationFile(t *testing.T) {
 // its KubeFedCluster names, then revokes the old token.
 func TestCredRotationKubeFed(t *testing.T) {
 	if testing.Short() {
-		t.Skip("slow fault test; runs without -short")
+		t.Skip("-short: slow fault test against real API servers; make test runs it")
 	}
 	const name, on, n = "rot-kubefed", "c", 5
 	ns := namespace(t, "cred-kubefed")
@@ -189,7 +189,7 @@ func TestCredRotationKubeFed(t *testing.T) {
 // reconciling every write.
 func TestRevokedCredentialsFailMember(t *testing.T) {
 	if testing.Short() {
-		t.Skip("slow fault test; runs without -short")
+		t.Skip("-short: slow fault test against real API servers; make test runs it")
 	}
 	const name, on, n = "revoked", "c", 10
 	ns := namespace(t, "cred-revoked")

@@ -82,7 +82,7 @@ func (p *phaseLog) String() string {
 // the writes made after its API server returned within 5s of its return.
 func TestFaultAPIServerKilledWhileWorking(t *testing.T) {
 	if testing.Short() {
-		t.Skip("slow fault test; runs without -short")
+		t.Skip("-short: slow fault test against real API servers; make test runs it")
 	}
 	const (
 		n           = 10

@@ -62,7 +62,7 @@ func stormFile(t testing.TB, rng *rand.Rand, i int, good *rest.Config) []byte {
 // restarted, and the members miss no reconcile.
 func TestFileStormKeepsFleetReconciling(t *testing.T) {
 	if testing.Short() {
-		t.Skip("slow fault test; runs without -short")
+		t.Skip("-short: slow fault test against real API servers; make test runs it")
 	}
 	const n = 5
 	ns := namespace(t, "storm")
