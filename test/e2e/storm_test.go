@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/configwatcher"
 	"github.com/mccr-dev/mccr/server"
 	"github.com/mccr-dev/mccr/test"
@@ -23,8 +24,22 @@ import (
 
 // stormFile returns the i-th broken kubeconfig of the storm: random bytes,
 // a good file cut short, a context pointing at nothing, a second claim on
-// a good cluster's context name, an exec user.
-func stormFile(t testing.TB, rng *rand.Rand, i int, good *rest.Config) []byte {
+// a good cluster's context name, an exec user. Every candidate is checked
+// with the loader itself (see stormFileIsBad) and drawn again until it is
+// broken: a cut can end right after a complete entry and leave a valid
+// kubeconfig, and the test must not depend on where a random cut lands.
+func stormFile(t testing.TB, rng *rand.Rand, i int, good *rest.Config, owner string) []byte {
+	t.Helper()
+	for range 1000 {
+		if b := stormCandidate(t, rng, i, good); stormFileIsBad(t, owner, b) {
+			return b
+		}
+	}
+	t.Fatalf("storm file %d: no broken variant found", i)
+	return nil
+}
+
+func stormCandidate(t testing.TB, rng *rand.Rand, i int, good *rest.Config) []byte {
 	t.Helper()
 	valid, err := clientcmd.Write(test.KubeconfigFor(fmt.Sprintf("storm-%d", i), good))
 	if err != nil {
@@ -45,7 +60,7 @@ func stormFile(t testing.TB, rng *rand.Rand, i int, good *rest.Config) []byte {
 		out, _ := clientcmd.Write(*kc)
 		return out
 	case 3:
-		// Claims context "a", which a.kubeconfig (sorting first) owns.
+		// Claims context "a", which a.kubeconfig owns.
 		out, _ := clientcmd.Write(test.KubeconfigFor("a", &rest.Config{Host: "https://127.0.0.1:1", BearerToken: "x"}))
 		return out
 	default:
@@ -54,6 +69,31 @@ func stormFile(t testing.TB, rng *rand.Rand, i int, good *rest.Config) []byte {
 		out, _ := clientcmd.Write(kc)
 		return out
 	}
+}
+
+// stormFileIsBad loads data as a kubeconfig next to a copy of owner (the
+// kubeconfig of cluster "a") and says whether the loader refuses it by name
+// while adding no cluster: exactly what the storm expects of a broken file.
+func stormFileIsBad(t testing.TB, owner string, data []byte) bool {
+	t.Helper()
+	dir := t.TempDir()
+	own, err := os.ReadFile(owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "a.kubeconfig"), own, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "storm.kubeconfig")
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfgs, err := config.LoadConfigsFromConfigFile(dir)
+	names := make([]string, 0, len(cfgs))
+	for _, c := range cfgs {
+		names = append(names, c.Name)
+	}
+	return err != nil && strings.Contains(err.Error(), p) && slices.Equal(names, []string{"a"})
 }
 
 // TestFileStormKeepsFleetReconciling throws 1000 broken kubeconfig files
@@ -120,7 +160,7 @@ func TestFileStormKeepsFleetReconciling(t *testing.T) {
 	var paths []string
 	for i := 0; i < 1000; i++ {
 		p := filepath.Join(dir, fmt.Sprintf("storm-%04d.kubeconfig", i))
-		if err := os.WriteFile(p, stormFile(t, rng, i, fleet.Cluster("a").Config), 0o600); err != nil {
+		if err := os.WriteFile(p, stormFile(t, rng, i, fleet.Cluster("a").Config, filepath.Join(dir, "a.kubeconfig")), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		paths = append(paths, p)
