@@ -1,0 +1,95 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+)
+
+var (
+	// ErrInvalidKubeconfig is wrapped by every error about a kubeconfig, or a
+	// context in one, that cannot be turned into a working *rest.Config:
+	// malformed YAML, a context naming a cluster or user that is not there, a
+	// cluster without a server, an unreadable certificate file, ….
+	ErrInvalidKubeconfig = errors.New("invalid kubeconfig")
+
+	// ErrNoContexts means a kubeconfig defines no context, so it names no
+	// cluster. An empty file is such a kubeconfig; the file watcher treats it
+	// like any broken file (it keeps the file's last good clusters), because
+	// an editor that truncates before writing produces one for a moment.
+	ErrNoContexts = errors.New("kubeconfig has no contexts")
+
+	// ErrDuplicateContext means two kubeconfig files of one directory define
+	// the same context name. Cluster names must be unique in a fleet, so only
+	// one of them is used: the one in the file whose path sorts first.
+	ErrDuplicateContext = errors.New("context is defined in more than one kubeconfig")
+
+	// ErrAuthPluginRefused means a context's user has an exec plugin or an
+	// auth-provider entry and the caller did not pass AllowAuthPlugins. Both
+	// make client-go run code chosen by whoever wrote the file.
+	ErrAuthPluginRefused = errors.New("auth plugin refused (exec and auth-provider users need AllowAuthPlugins)")
+)
+
+// FileError is a problem with one kubeconfig file, or with one context in it
+// when Context is set. Err wraps one of the sentinel errors of this package
+// (or an fs error when the file could not be read).
+type FileError struct {
+	// Path is the file, as it was given or found in its directory.
+	Path string
+	// Context is the context the problem is about, or "" for the whole file.
+	Context string
+	// OtherPath is, for ErrDuplicateContext, the file that keeps the context.
+	OtherPath string
+	// Err is what went wrong.
+	Err error
+}
+
+// Error names the file and context. It never quotes the file's content:
+// credentials live there.
+func (e *FileError) Error() string {
+	var b strings.Builder
+	b.WriteString("kubeconfig ")
+	b.WriteString(quoteIfOdd(e.Path))
+	if e.Context != "" {
+		b.WriteString(", context ")
+		b.WriteString(strconv.Quote(e.Context))
+	}
+	b.WriteString(": ")
+	if e.Err != nil {
+		b.WriteString(e.Err.Error())
+	} else {
+		b.WriteString("unknown error")
+	}
+	if e.OtherPath != "" {
+		b.WriteString(" (also defined in ")
+		b.WriteString(quoteIfOdd(e.OtherPath))
+		b.WriteString(", which keeps it)")
+	}
+	return b.String()
+}
+
+// Unwrap lets errors.Is and errors.As see the sentinel.
+func (e *FileError) Unwrap() error { return e.Err }
+
+// quoteIfOdd leaves ordinary paths readable and quotes the ones whose names
+// could forge log lines (newlines, control characters).
+func quoteIfOdd(s string) string {
+	if strconv.CanBackquote(s) {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+var errNotFileOrDir = errors.New("neither a regular file nor a directory")
+
+// bareFSError drops the path from an *fs.PathError, since FileError names
+// the file already, and keeps what errors.Is needs (fs.ErrNotExist, …).
+func bareFSError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", pe.Op, pe.Err)
+	}
+	return err
+}

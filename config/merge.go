@@ -1,0 +1,97 @@
+package config
+
+import (
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// FileConfigs is what was loaded from one kubeconfig file: its usable
+// configs and its problems, as LoadFile returns them.
+type FileConfigs struct {
+	Path    string
+	Configs []*NamedConfig
+	Err     error
+}
+
+// MergeFileConfigs combines per-file results into one fleet, sorted by name.
+// It holds the rules that span files, so that a one-off load and a watcher
+// apply the same ones:
+//
+//   - a context defined in two files is kept from the file whose path sorts
+//     first; each other definition is an ErrDuplicateContext *FileError
+//     naming both files;
+//   - a file that failed to parse and that a usable config names as its
+//     certificate-authority, client-certificate, client-key or tokenFile is
+//     data, not a broken kubeconfig, and its error is dropped;
+//   - every other error of every file is returned, flattened into one
+//     errors.Join, alongside the merged configs.
+//
+// The order of files does not matter; the result is deterministic.
+func MergeFileConfigs(files []FileConfigs) ([]*NamedConfig, error) {
+	sorted := slices.Clone(files)
+	slices.SortStableFunc(sorted, func(a, b FileConfigs) int { return strings.Compare(a.Path, b.Path) })
+
+	referenced := map[string]bool{}
+	for _, f := range sorted {
+		for _, c := range f.Configs {
+			if c == nil || c.Config == nil {
+				continue
+			}
+			tls := c.Config.TLSClientConfig
+			for _, p := range []string{tls.CAFile, tls.CertFile, tls.KeyFile, c.Config.BearerTokenFile} {
+				if p != "" {
+					referenced[absClean(p)] = true
+				}
+			}
+		}
+	}
+
+	var out []*NamedConfig
+	var errs []error
+	owner := map[string]string{}
+	for _, f := range sorted {
+		if f.Err != nil && !(len(f.Configs) == 0 && referenced[absClean(f.Path)] && isParseError(f.Err)) {
+			errs = appendFlat(errs, f.Err)
+		}
+		cfgs := slices.Clone(f.Configs)
+		slices.SortStableFunc(cfgs, func(a, b *NamedConfig) int { return strings.Compare(a.Name, b.Name) })
+		for _, c := range cfgs {
+			if c == nil {
+				continue
+			}
+			if first, dup := owner[c.Name]; dup {
+				errs = append(errs, &FileError{Path: f.Path, Context: c.Name, OtherPath: first, Err: ErrDuplicateContext})
+				continue
+			}
+			owner[c.Name] = f.Path
+			out = append(out, c)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *NamedConfig) int { return strings.Compare(a.Name, b.Name) })
+	return out, errors.Join(errs...)
+}
+
+func absClean(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return filepath.Clean(p)
+}
+
+// isParseError tells a file that is not a kubeconfig at all from one that
+// is a kubeconfig with a problem.
+func isParseError(err error) bool {
+	return errors.Is(err, ErrInvalidKubeconfig) || errors.Is(err, ErrNoContexts)
+}
+
+func appendFlat(errs []error, err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			errs = appendFlat(errs, e)
+		}
+		return errs
+	}
+	return append(errs, err)
+}
