@@ -26,9 +26,8 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/kubefed/pkg/apis/core/common"
-	"sigs.k8s.io/kubefed/pkg/apis/core/v1beta1"
 
+	kubefedv1beta1 "github.com/mccr-dev/mccr/apis/kubefed/v1beta1"
 	"github.com/mccr-dev/mccr/config"
 )
 
@@ -250,7 +249,7 @@ func NewKubeFedWatcher(hostCfg *rest.Config, opts ...KubeFedOption) (*KubeFedWat
 	if err := corev1.AddToScheme(scheme); err != nil {
 		return nil, fmt.Errorf("configwatcher: KubeFed scheme: %w", err)
 	}
-	if err := v1beta1.AddToScheme(scheme); err != nil {
+	if err := kubefedv1beta1.AddToScheme(scheme); err != nil {
 		return nil, fmt.Errorf("configwatcher: KubeFed scheme: %w", err)
 	}
 	hostCfg = rest.CopyConfig(hostCfg)
@@ -376,7 +375,7 @@ func (w *KubeFedWatcher) startWatching() bool {
 		kind string
 		obj  client.Object
 	}
-	objs := []watched{{"KubeFedClusters", &v1beta1.KubeFedCluster{}}, {"Secrets", &corev1.Secret{}}}
+	objs := []watched{{"KubeFedClusters", &kubefedv1beta1.KubeFedCluster{}}, {"Secrets", &corev1.Secret{}}}
 	handler := toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { w.poke() },
 		UpdateFunc: func(any, any) { w.poke() },
@@ -413,7 +412,7 @@ func (w *KubeFedWatcher) startWatching() bool {
 // to look again for problems still held back (zero: no need), and false
 // once the watcher is stopped.
 func (w *KubeFedWatcher) sync() (time.Time, bool) {
-	var list v1beta1.KubeFedClusterList
+	var list kubefedv1beta1.KubeFedClusterList
 	if err := w.cache.List(w.ctx, &list, client.InNamespace(w.opts.Namespace)); err != nil {
 		if w.ctx.Err() != nil {
 			return time.Time{}, false
@@ -509,7 +508,7 @@ func (w *KubeFedWatcher) watchError(ctx context.Context, r *toolscache.Reflector
 }
 
 // namedConfig builds the config for one KubeFedCluster from the cache.
-func (w *KubeFedWatcher) namedConfig(kfc *v1beta1.KubeFedCluster) (*config.NamedConfig, error) {
+func (w *KubeFedWatcher) namedConfig(kfc *kubefedv1beta1.KubeFedCluster) (*config.NamedConfig, error) {
 	ref := kfc.Namespace + "/" + kfc.Name
 	fail := func(err error) error { return fmt.Errorf("configwatcher: KubeFedCluster %s: %w", ref, err) }
 	secretName := kfc.Spec.SecretRef.Name
@@ -540,9 +539,9 @@ func (w *KubeFedWatcher) namedConfig(kfc *v1beta1.KubeFedCluster) (*config.Named
 	}, nil
 }
 
-func kubeFedClusterReady(kfc *v1beta1.KubeFedCluster) bool {
+func kubeFedClusterReady(kfc *kubefedv1beta1.KubeFedCluster) bool {
 	for _, c := range kfc.Status.Conditions {
-		if c.Type == common.ClusterReady {
+		if c.Type == kubefedv1beta1.ClusterReady {
 			return c.Status == corev1.ConditionTrue
 		}
 	}
@@ -570,7 +569,7 @@ func kubeFedTransform(obj any) (any, error) {
 // kubeFedRESTConfig turns a KubeFedCluster's spec and its Secret's token
 // (and ca.crt, used when the spec has no CA bundle) into a rest.Config, as
 // the KubeFedWatcher doc describes.
-func kubeFedRESTConfig(spec v1beta1.KubeFedClusterSpec, token string, secretCA []byte) (*rest.Config, error) {
+func kubeFedRESTConfig(spec kubefedv1beta1.KubeFedClusterSpec, token string, secretCA []byte) (*rest.Config, error) {
 	u, err := kubeFedEndpoint(spec.APIEndpoint)
 	if err != nil {
 		return nil, err
@@ -604,11 +603,11 @@ func kubeFedRESTConfig(spec v1beta1.KubeFedClusterSpec, token string, secretCA [
 	var skipAll, skipName, skipValidity bool
 	for _, v := range spec.DisabledTLSValidations {
 		switch v {
-		case v1beta1.TLSAll:
+		case kubefedv1beta1.TLSAll:
 			skipAll = true
-		case v1beta1.TLSSubjectName:
+		case kubefedv1beta1.TLSSubjectName:
 			skipName = true
-		case v1beta1.TLSValidityPeriod:
+		case kubefedv1beta1.TLSValidityPeriod:
 			skipValidity = true
 		default:
 			return nil, fmt.Errorf("%w: spec.disabledTLSValidations: unknown value %q", ErrKubeFedClusterInvalid, v)

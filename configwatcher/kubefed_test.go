@@ -17,9 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/kubefed/pkg/apis/core/common"
-	"sigs.k8s.io/kubefed/pkg/apis/core/v1beta1"
 
+	kubefedv1beta1 "github.com/mccr-dev/mccr/apis/kubefed/v1beta1"
 	"github.com/mccr-dev/mccr/configwatcher"
 	"github.com/mccr-dev/mccr/test"
 )
@@ -66,7 +65,7 @@ func TestKubeFed(t *testing.T) {
 	if err := corev1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	if err := v1beta1.AddToScheme(scheme); err != nil {
+	if err := kubefedv1beta1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
 	if err := rbacv1.AddToScheme(scheme); err != nil {
@@ -215,13 +214,13 @@ func tokenSecret(ns, name, token string) *corev1.Secret {
 
 // kubeFedCluster describes the member the way kubefedctl join does: its
 // endpoint, its CA, and the Secret holding the token.
-func (e *kubeFedEnv) kubeFedCluster(ns, name, secret string) *v1beta1.KubeFedCluster {
-	return &v1beta1.KubeFedCluster{
+func (e *kubeFedEnv) kubeFedCluster(ns, name, secret string) *kubefedv1beta1.KubeFedCluster {
+	return &kubefedv1beta1.KubeFedCluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1beta1.KubeFedClusterSpec{
+		Spec: kubefedv1beta1.KubeFedClusterSpec{
 			APIEndpoint: e.member.Config.Host,
 			CABundle:    e.member.Config.CAData,
-			SecretRef:   v1beta1.LocalSecretReference{Name: secret},
+			SecretRef:   kubefedv1beta1.LocalSecretReference{Name: secret},
 		},
 	}
 }
@@ -395,8 +394,8 @@ func (e *kubeFedEnv) testRequireReady(t *testing.T) {
 
 	setReady := func(status corev1.ConditionStatus) {
 		t.Helper()
-		kfc.Status.Conditions = []v1beta1.ClusterCondition{{
-			Type: common.ClusterReady, Status: status, LastProbeTime: metav1.Now(),
+		kfc.Status.Conditions = []kubefedv1beta1.ClusterCondition{{
+			Type: kubefedv1beta1.ClusterReady, Status: status, LastProbeTime: metav1.Now(),
 		}}
 		if err := e.hostClient.Status().Update(ctx, kfc); err != nil {
 			t.Fatal(err)

@@ -21,7 +21,8 @@ import (
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/kubefed/pkg/apis/core/v1beta1"
+
+	kubefedv1beta1 "github.com/mccr-dev/mccr/apis/kubefed/v1beta1"
 )
 
 type testCA struct {
@@ -122,29 +123,29 @@ func TestKubeFedTLSValidations(t *testing.T) {
 
 	const (
 		none     = ""
-		name     = v1beta1.TLSSubjectName
-		validity = v1beta1.TLSValidityPeriod
-		all      = v1beta1.TLSAll
+		name     = kubefedv1beta1.TLSSubjectName
+		validity = kubefedv1beta1.TLSValidityPeriod
+		all      = kubefedv1beta1.TLSAll
 	)
 	cases := []struct {
 		srv      *httptest.Server
 		srvName  string
-		disabled []v1beta1.TLSValidation
+		disabled []kubefedv1beta1.TLSValidation
 		ok       bool
 	}{
 		{good, "good", nil, true},
-		{good, "good", []v1beta1.TLSValidation{name, validity}, true},
+		{good, "good", []kubefedv1beta1.TLSValidation{name, validity}, true},
 		{wrongName, "wrong name", nil, false},
-		{wrongName, "wrong name", []v1beta1.TLSValidation{name}, true},
-		{wrongName, "wrong name", []v1beta1.TLSValidation{validity}, false},
+		{wrongName, "wrong name", []kubefedv1beta1.TLSValidation{name}, true},
+		{wrongName, "wrong name", []kubefedv1beta1.TLSValidation{validity}, false},
 		{expired, "expired", nil, false},
-		{expired, "expired", []v1beta1.TLSValidation{validity}, true},
-		{expired, "expired", []v1beta1.TLSValidation{name}, false},
-		{untrusted, "untrusted", []v1beta1.TLSValidation{name, validity}, false},
-		{untrusted, "untrusted", []v1beta1.TLSValidation{all}, true},
+		{expired, "expired", []kubefedv1beta1.TLSValidation{validity}, true},
+		{expired, "expired", []kubefedv1beta1.TLSValidation{name}, false},
+		{untrusted, "untrusted", []kubefedv1beta1.TLSValidation{name, validity}, false},
+		{untrusted, "untrusted", []kubefedv1beta1.TLSValidation{all}, true},
 	}
 	for _, c := range cases {
-		spec := v1beta1.KubeFedClusterSpec{
+		spec := kubefedv1beta1.KubeFedClusterSpec{
 			// No scheme, as kubefedctl may write it: https is implied.
 			APIEndpoint:            strings.TrimPrefix(c.srv.URL, "https://"),
 			CABundle:               ca.pem,
@@ -164,7 +165,7 @@ func TestKubeFedTLSValidations(t *testing.T) {
 func TestKubeFedRESTConfig(t *testing.T) {
 	ca := newTestCA(t)
 	other := newTestCA(t)
-	base := v1beta1.KubeFedClusterSpec{APIEndpoint: "10.0.0.1:6443", CABundle: ca.pem}
+	base := kubefedv1beta1.KubeFedClusterSpec{APIEndpoint: "10.0.0.1:6443", CABundle: ca.pem}
 
 	cfg, err := kubeFedRESTConfig(base, "tok", other.pem)
 	if err != nil {
@@ -193,18 +194,18 @@ func TestKubeFedRESTConfig(t *testing.T) {
 	}
 
 	insecure := base
-	insecure.DisabledTLSValidations = []v1beta1.TLSValidation{v1beta1.TLSAll}
+	insecure.DisabledTLSValidations = []kubefedv1beta1.TLSValidation{kubefedv1beta1.TLSAll}
 	cfg, _ = kubeFedRESTConfig(insecure, "tok", nil)
 	if cfg == nil || !cfg.Insecure || len(cfg.CAData) != 0 {
 		t.Fatal(`"*" must mean Insecure without a CA`)
 	}
 
-	for _, bad := range []v1beta1.KubeFedClusterSpec{
+	for _, bad := range []kubefedv1beta1.KubeFedClusterSpec{
 		{APIEndpoint: ""},
 		{APIEndpoint: "ftp://x"},
 		{APIEndpoint: "x", CABundle: []byte("not PEM")},
 		{APIEndpoint: "x", ProxyURL: "proxy.example:3128"},
-		{APIEndpoint: "x", DisabledTLSValidations: []v1beta1.TLSValidation{"Everything"}},
+		{APIEndpoint: "x", DisabledTLSValidations: []kubefedv1beta1.TLSValidation{"Everything"}},
 	} {
 		if _, err := kubeFedRESTConfig(bad, "tok", nil); !errors.Is(err, ErrKubeFedClusterInvalid) {
 			t.Errorf("%+v: got %v, want ErrKubeFedClusterInvalid", bad, err)

@@ -1,61 +1,68 @@
 package test
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime/debug"
-	"strings"
+	"sync"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	kubefedcrd "github.com/mccr-dev/mccr/apis/kubefed/crd"
 )
 
-const kubefedModule = "sigs.k8s.io/kubefed"
-
-// KubeFedCRDPath returns the path of the KubeFed CRD manifests (among them
-// KubeFedCluster) shipped inside the kubefed Go module this binary was
-// built with, as found in the module cache. Pass it in Options.CRDPaths.
+// KubeFedCRDPath returns the path of a directory holding the CRD of
+// KubeFedCluster (kubefedclusters.core.kubefed.io), generated from mccr's
+// KubeFed types (package github.com/mccr-dev/mccr/apis/kubefed/crd). Pass
+// it in Options.CRDPaths. The manifest is built into the binary and written
+// on first use under the system's temporary directory, in a directory named
+// after its content, so every test binary of the same mccr version shares
+// one copy and none is left to clean up per run. To pass the CRD itself
+// instead, use crd.KubeFedCluster in Options.CRDs.
 func KubeFedCRDPath() (string, error) {
-	dir, err := moduleDir(kubefedModule)
-	if err != nil {
-		return "", err
-	}
-	p := filepath.Join(dir, "pkg", "controller", "testdata", "fixtures", "crds.yaml")
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("test: KubeFed CRDs not found in module %s: %w", dir, err)
-	}
-	return p, nil
+	kubeFedCRDOnce.Do(func() { kubeFedCRDDir, kubeFedCRDErr = writeKubeFedCRD() })
+	return kubeFedCRDDir, kubeFedCRDErr
 }
 
-// moduleDir finds a dependency's directory in the module cache: first from
-// this binary's build information, then by asking the go command.
-func moduleDir(path string) (string, error) {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, m := range bi.Deps {
-			if m.Path != path {
-				continue
-			}
-			if m.Replace != nil {
-				m = m.Replace
-			}
-			cache, err := exec.Command("go", "env", "GOMODCACHE").Output()
-			if err == nil {
-				dir := filepath.Join(strings.TrimSpace(string(cache)), m.Path+"@"+m.Version)
-				if _, err := os.Stat(dir); err == nil {
-					return dir, nil
-				}
-			}
-		}
-	}
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", path).Output()
+var (
+	kubeFedCRDOnce sync.Once
+	kubeFedCRDDir  string
+	kubeFedCRDErr  error
+)
+
+func writeKubeFedCRD() (string, error) {
+	raw, err := kubefedcrd.FS.ReadFile(kubefedcrd.KubeFedClusterFile)
 	if err != nil {
-		return "", fmt.Errorf("test: locating module %s: %w", path, err)
+		return "", fmt.Errorf("test: KubeFed CRD: %w", err)
 	}
-	dir := strings.TrimSpace(string(out))
-	if dir == "" {
-		return "", fmt.Errorf("test: module %s is not downloaded (go mod download %s)", path, path)
+	sum := sha256.Sum256(raw)
+	dir := filepath.Join(os.TempDir(), "mccr-kubefed-crd-"+hex.EncodeToString(sum[:8]))
+	path := filepath.Join(dir, kubefedcrd.KubeFedClusterFile)
+	if have, err := os.ReadFile(path); err == nil && bytes.Equal(have, raw) {
+		return dir, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("test: KubeFed CRD: %w", err)
+	}
+	// Written aside and renamed, so a binary running at the same time
+	// never reads half a file.
+	tmp, err := os.CreateTemp(dir, ".crd-*")
+	if err != nil {
+		return "", fmt.Errorf("test: KubeFed CRD: %w", err)
+	}
+	_, err = tmp.Write(raw)
+	err = errors.Join(err, tmp.Close())
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return "", fmt.Errorf("test: KubeFed CRD: %w", err)
 	}
 	return dir, nil
 }

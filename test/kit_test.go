@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/kubefed/pkg/apis/core/v1beta1"
 
+	kubefedv1beta1 "github.com/mccr-dev/mccr/apis/kubefed/v1beta1"
 	"github.com/mccr-dev/mccr/known"
 	"github.com/mccr-dev/mccr/test"
 )
@@ -131,7 +131,7 @@ func TestJoinKubeFedRotateUnjoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, v1beta1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, kubefedv1beta1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +140,7 @@ func TestJoinKubeFedRotateUnjoin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var kfc v1beta1.KubeFedCluster
+	var kfc kubefedv1beta1.KubeFedCluster
 	if err := hc.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &kfc); err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestJoinKubeFedRotateUnjoin(t *testing.T) {
 	if err := hc.Get(ctx, client.ObjectKeyFromObject(j.Secret), &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Errorf("Secret after Unjoin: %v, want NotFound", err)
 	}
-	if err := hc.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &v1beta1.KubeFedCluster{}); !apierrors.IsNotFound(err) {
+	if err := hc.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &kubefedv1beta1.KubeFedCluster{}); !apierrors.IsNotFound(err) {
 		t.Errorf("KubeFedCluster after Unjoin: %v, want NotFound", err)
 	}
 	if err := j.Unjoin(ctx); err != nil {

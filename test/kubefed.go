@@ -12,14 +12,15 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/kubefed/pkg/apis/core/v1beta1"
+
+	kubefedv1beta1 "github.com/mccr-dev/mccr/apis/kubefed/v1beta1"
 )
 
 // kubeFedScheme holds what JoinKubeFed writes to a host.
 var kubeFedScheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
 	utilruntime.Must(corev1.AddToScheme(s))
-	utilruntime.Must(v1beta1.AddToScheme(s))
+	utilruntime.Must(kubefedv1beta1.AddToScheme(s))
 	return s
 }()
 
@@ -33,7 +34,7 @@ type KubeFedJoin struct {
 	// cluster's, as kubefedctl does.
 	Secret *corev1.Secret
 	// Cluster names the member's API endpoint, its CA bundle and Secret.
-	Cluster *v1beta1.KubeFedCluster
+	Cluster *kubefedv1beta1.KubeFedCluster
 
 	host client.Client
 }
@@ -77,12 +78,12 @@ func JoinKubeFed(ctx context.Context, host *rest.Config, namespace, name string,
 	if err := hc.Create(ctx, j.Secret); err != nil {
 		return nil, fmt.Errorf("test: joining %s to KubeFed: creating its Secret: %w", name, err)
 	}
-	j.Cluster = &v1beta1.KubeFedCluster{
+	j.Cluster = &kubefedv1beta1.KubeFedCluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec: v1beta1.KubeFedClusterSpec{
+		Spec: kubefedv1beta1.KubeFedClusterSpec{
 			APIEndpoint: member.Host,
 			CABundle:    member.CAData,
-			SecretRef:   v1beta1.LocalSecretReference{Name: j.Secret.Name},
+			SecretRef:   kubefedv1beta1.LocalSecretReference{Name: j.Secret.Name},
 		},
 	}
 	if err := hc.Create(ctx, j.Cluster); err != nil {
