@@ -96,7 +96,7 @@ type kfRecorder struct {
 
 func (e *kubeFedEnv) watch(t *testing.T, hostCfg *rest.Config, opts ...configwatcher.KubeFedOption) *kfRecorder {
 	t.Helper()
-	opts = append([]configwatcher.KubeFedOption{configwatcher.WithKubeFedLogger(testr.New(t))}, opts...)
+	opts = append([]configwatcher.KubeFedOption{configwatcher.WithLogger(testr.New(t))}, opts...)
 	start := time.Now()
 	w, err := configwatcher.NewKubeFedWatcher(hostCfg, opts...)
 	if err != nil {
