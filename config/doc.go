@@ -13,12 +13,14 @@
 //
 // # Directories
 //
-// In a directory every regular file is a kubeconfig, with three exceptions
+// In a directory every regular file is a kubeconfig, with these exceptions
 // chosen so that a Secret or ConfigMap mounted by Kubernetes works as it is:
 // entries whose names start with "." are skipped (Kubernetes keeps the real
 // files in "..data" and timestamped "..2006_01_02_15_04_05.000" directories,
-// and exposes each key as a symlink through "..data"); sub-directories are
-// skipped; symlinks are followed to regular files. Files that a kubeconfig of
+// and exposes each key as a symlink through "..data"); editor and backup
+// files are skipped (SkippedName: "#x#", "x~", "x.swp", "x.bak", "x.orig",
+// "x.tmp", "4913", …); sub-directories are skipped; symlinks are followed to
+// regular files inside the directory. Files that a kubeconfig of
 // the directory names as its CA, client certificate, key or token file are
 // data and are not reported as broken kubeconfigs.
 //
@@ -38,6 +40,23 @@
 // ErrAuthPluginRefused. One bad file or context does not hide the good ones:
 // they are returned together with the error. Error messages never quote a
 // kubeconfig's content, which holds credentials.
+//
+// # Untrusted directories
+//
+// Whoever can write a directory of kubeconfigs chooses the servers mccr
+// talks to, so a directory's kubeconfigs may not reach beyond it: their
+// certificate-authority, client-certificate, client-key and tokenFile paths,
+// and entries that are symlinks, must resolve inside the directory, or they
+// are refused with ErrFileReferenceRefused before anything is opened
+// (otherwise a tokenFile naming the controller's own ServiceAccount token
+// would send it to any server). Referenced files must be regular files of
+// at most 1 MiB; mccr reads them itself, once, and hands client-go their
+// content. AllowFileReferences lifts the rule for named places. A single
+// file passed to LoadConfigsFromConfigFile is the user's own choice and
+// keeps kubectl's behaviour.
+//
+// Redact, RedactURL, RedactError and NamedConfig.Redacted keep passwords in
+// server URLs, tokens and keys out of what is printed.
 //
 // # Auth plugins
 //

@@ -47,7 +47,8 @@ type FileError struct {
 }
 
 // Error names the file and context. It never quotes the file's content:
-// credentials live there.
+// credentials live there; and whatever the wrapped error says passes
+// through Redact.
 func (e *FileError) Error() string {
 	var b strings.Builder
 	b.WriteString("kubeconfig ")
@@ -67,7 +68,7 @@ func (e *FileError) Error() string {
 		b.WriteString(quoteIfOdd(e.OtherPath))
 		b.WriteString(", which keeps it)")
 	}
-	return b.String()
+	return Redact(b.String())
 }
 
 // Unwrap lets errors.Is and errors.As see the sentinel.

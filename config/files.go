@@ -29,6 +29,11 @@ func expandHome(path string) (string, error) {
 //     keeps a mounted volume's real files under "..data" and timestamped
 //     "..2006_01_02_15_04_05.000" directories; editors keep swap and backup
 //     files there too;
+//   - editor and backup files are skipped, as SkippedName describes: names
+//     starting with "#", ending with "~" or "#", ending with ".swp", ".swo",
+//     ".swx", ".swn", ".bak", ".orig", ".rej", ".tmp", ".temp", ".dpkg-new",
+//     ".dpkg-old", ".dpkg-dist", ".rpmnew" or ".rpmsave", and the name
+//     "4913" (vim's probe for a writable directory);
 //   - sub-directories are skipped;
 //   - symlinks are followed: one to a regular file counts (a mounted
 //     Secret's files are symlinks through "..data"), one to anything else
@@ -53,7 +58,7 @@ func KubeconfigFiles(path string) ([]string, error) {
 	}
 	var files []string
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".") {
+		if SkippedName(e.Name()) {
 			continue
 		}
 		p := filepath.Join(path, e.Name())
@@ -70,4 +75,35 @@ func KubeconfigFiles(path string) ([]string, error) {
 		files = append(files, p)
 	}
 	return files, nil
+}
+
+// editorSuffixes end the names of swap, backup, patch-reject, temporary and
+// package-manager leftovers.
+var editorSuffixes = []string{
+	"~", "#",
+	".swp", ".swo", ".swx", ".swn",
+	".bak", ".orig", ".rej", ".tmp", ".temp",
+	".dpkg-new", ".dpkg-old", ".dpkg-dist", ".rpmnew", ".rpmsave",
+}
+
+// SkippedName says whether a directory entry with this name is left out of
+// a directory of kubeconfigs: hidden entries (a leading "."), and what
+// editors, patch and package managers leave behind — a leading "#" (Emacs
+// auto-save "#x#"), a trailing "~" or "#", the suffixes ".swp", ".swo",
+// ".swx", ".swn" (vim swap), ".bak", ".orig", ".rej", ".tmp", ".temp",
+// ".dpkg-new", ".dpkg-old", ".dpkg-dist", ".rpmnew", ".rpmsave", and the
+// name "4913" (vim's probe). Suffixes are matched case-insensitively. Such
+// a file is a stale or partial copy: loading it would serve an old config,
+// or claim a context name that belongs to the real file.
+func SkippedName(name string) bool {
+	if name == "" || name == "4913" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "#") {
+		return true
+	}
+	lower := strings.ToLower(name)
+	for _, suf := range editorSuffixes {
+		if strings.HasSuffix(lower, suf) {
+			return true
+		}
+	}
+	return false
 }

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -18,9 +20,12 @@ import (
 // file, or a device such as /dev/zero, from exhausting memory.
 const maxKubeconfigSize = 16 << 20
 
-// maxTokenFileSize bounds a token file that client-go reads while building a
-// config. Bearer tokens are a few kilobytes at most.
-const maxTokenFileSize = 1 << 20
+// maxReferencedFileSize bounds a certificate, key or token file that a
+// kubeconfig names. They are a few kilobytes at most.
+const maxReferencedFileSize = 1 << 20
+
+// maxTokenFileSize is kept for the size rule's older name.
+const maxTokenFileSize = maxReferencedFileSize
 
 // LoadOptions says what a kubeconfig may contain.
 type LoadOptions struct {
@@ -28,9 +33,19 @@ type LoadOptions struct {
 	// entries. Off by default: a kubeconfig dropped into a watched directory
 	// must not be a way to run programs in the controller's process.
 	AllowAuthPlugins bool
+
+	// FileReferenceRoots are directories, besides the kubeconfig's own, that
+	// its certificate-authority, client-certificate, client-key and
+	// tokenFile paths may lead into (see AllowFileReferences).
+	FileReferenceRoots []string
+
+	// AnyFileReferences lets those paths lead anywhere, as kubectl does.
+	AnyFileReferences bool
 }
 
-// LoadOption sets a LoadOptions field.
+// LoadOption sets a LoadOptions field. The same options serve
+// LoadConfigsFromConfigFile, LoadFile and the file watcher of package
+// configwatcher (configwatcher.WithLoadOptions).
 type LoadOption func(*LoadOptions)
 
 // AllowAuthPlugins accepts exec and auth-provider users. Use it when the
@@ -38,6 +53,28 @@ type LoadOption func(*LoadOptions)
 // credentials (cloud providers' exec plugins, for instance).
 func AllowAuthPlugins() LoadOption {
 	return func(o *LoadOptions) { o.AllowAuthPlugins = true }
+}
+
+// AllowFileReferences lets the certificate-authority, client-certificate,
+// client-key and tokenFile paths of a kubeconfig lead, after symlinks, into
+// the given directories as well as the kubeconfig's own; with no roots they
+// may lead anywhere. Allowed files are left to client-go, which reads them
+// when it connects and again later (a rotated token, a renewed
+// certificate), so a root must be a place whose content the caller trusts:
+// whoever writes the kubeconfig decides which of its files are sent to the
+// server the kubeconfig names.
+//
+// Without this option a kubeconfig loaded from a directory, or by a file
+// watcher, may only name files in its own directory. mccr reads those once,
+// through the same checks, and uses their content; the watcher reads them
+// again whenever something in the directory changes.
+func AllowFileReferences(roots ...string) LoadOption {
+	return func(o *LoadOptions) {
+		if len(roots) == 0 {
+			o.AnyFileReferences = true
+		}
+		o.FileReferenceRoots = append(o.FileReferenceRoots, roots...)
+	}
 }
 
 func newLoadOptions(opts []LoadOption) LoadOptions {
@@ -63,6 +100,15 @@ func newLoadOptions(opts []LoadOption) LoadOptions {
 // names as its certificate, key or token is data, not a kubeconfig, and is
 // not reported as broken.
 //
+// Those file paths are untrusted in a directory: a kubeconfig's
+// certificate-authority, client-certificate, client-key and tokenFile must
+// lead, after symlinks, into the directory the kubeconfig is in (a mounted
+// Secret's "..data" links do), and must be regular files of at most 1 MiB.
+// Anything else is refused with ErrFileReferenceRefused or
+// ErrInvalidKubeconfig before it is opened, unless AllowFileReferences
+// names the place. A single file given as path is the user's own choice,
+// as with kubectl: its paths may lead anywhere and are left to client-go.
+//
 // What cannot be used is reported, each problem a *FileError naming the file
 // and context, joined into one error: malformed files, files without
 // contexts, contexts naming a missing cluster or user, exec and
@@ -79,12 +125,56 @@ func LoadConfigsFromConfigFile(path string, opts ...LoadOption) ([]*NamedConfig,
 	if err != nil {
 		return nil, err
 	}
+	isDir := false
+	if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
+		opts = append(slices.Clone(opts), AllowFileReferences())
+	} else {
+		isDir = true
+	}
 	loaded := make([]FileConfigs, 0, len(files))
 	for _, f := range files {
+		if isDir {
+			if err := CheckDirectoryEntry(f, opts...); err != nil {
+				loaded = append(loaded, FileConfigs{Path: f, Err: err})
+				continue
+			}
+		}
 		cfgs, err := LoadFile(f, opts...)
 		loaded = append(loaded, FileConfigs{Path: f, Configs: cfgs, Err: err})
 	}
 	return MergeFileConfigs(loaded)
+}
+
+// CheckDirectoryEntry applies the file reference rule to a kubeconfig found
+// in a directory: an entry that is a symlink must resolve inside that
+// directory (a mounted Secret's entries lead through "..data", which is),
+// unless opts include AllowFileReferences for its target. Otherwise it is
+// an ErrFileReferenceRefused *FileError, and the target is not opened: a
+// link to /etc/shadow, to another user's kubeconfig or to /dev/zero is not
+// read as a kubeconfig.
+func CheckDirectoryEntry(path string, opts ...LoadOption) error {
+	o := newLoadOptions(opts)
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode()&fs.ModeSymlink == 0 || o.AnyFileReferences {
+		return nil // not a link; reading it reports what is wrong
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return &FileError{Path: path, Err: err}
+	}
+	dir := filepath.Dir(abs)
+	allowed, err := allowedRoots(dir, o.FileReferenceRoots)
+	if err != nil {
+		return &FileError{Path: path, Err: err}
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return &FileError{Path: path, Err: fmt.Errorf("%w: cannot be resolved: %v", ErrInvalidKubeconfig, bareFSError(err))}
+	}
+	if !within(real, allowed) {
+		return &FileError{Path: path, Err: fmt.Errorf("%w: the entry is a symlink that leads out of %s", ErrFileReferenceRefused, quoteIfOdd(dir))}
+	}
+	return nil
 }
 
 // LoadFile loads one NamedConfig per context of the kubeconfig file at path,
@@ -93,6 +183,9 @@ func LoadConfigsFromConfigFile(path string, opts ...LoadOption) ([]*NamedConfig,
 // cannot be used are reported (a *FileError each, joined) and the others
 // returned; an error about the whole file (unreadable, malformed, no
 // contexts) comes with no configs.
+//
+// LoadFile treats the file as found in a directory: its file references must
+// stay in its own directory unless opts include AllowFileReferences.
 func LoadFile(path string, opts ...LoadOption) ([]*NamedConfig, error) {
 	o := newLoadOptions(opts)
 	data, err := readLimited(path, maxKubeconfigSize)
@@ -102,19 +195,33 @@ func LoadFile(path string, opts ...LoadOption) ([]*NamedConfig, error) {
 	return parseKubeconfig(path, data, o)
 }
 
-// readLimited reads at most limit bytes of path and fails beyond that.
+// readLimited reads a kubeconfig of at most limit bytes. It opens without
+// blocking (a FIFO swapped in after the listing opens at once) and reads
+// only regular files, and no more than the size the file reports: a
+// pseudo-file such as /proc/self/environ reports 0 bytes and yields many,
+// and is refused unread.
 func readLimited(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, bareFSError(err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	fi, err := f.Stat()
 	if err != nil {
 		return nil, bareFSError(err)
 	}
-	if int64(len(data)) > limit {
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: not a regular file", ErrInvalidKubeconfig)
+	}
+	if fi.Size() > limit {
 		return nil, fmt.Errorf("%w: larger than %d bytes", ErrInvalidKubeconfig, limit)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, fi.Size()+1))
+	if err != nil {
+		return nil, bareFSError(err)
+	}
+	if int64(len(data)) > fi.Size() {
+		return nil, fmt.Errorf("%w: yields more than its size of %d bytes (a pseudo-file, or written while read)", ErrInvalidKubeconfig, fi.Size())
 	}
 	return data, nil
 }
@@ -159,7 +266,7 @@ func parseKubeconfig(path string, data []byte, o LoadOptions) ([]*NamedConfig, e
 	var cfgs []*NamedConfig
 	var errs []error
 	for _, name := range names {
-		nc, err := buildContext(raw, name, o)
+		nc, err := buildContext(raw, name, filepath.Dir(abs), o)
 		if err != nil {
 			errs = append(errs, &FileError{Path: path, Context: name, Err: err})
 			continue
@@ -170,7 +277,7 @@ func parseKubeconfig(path string, data []byte, o LoadOptions) ([]*NamedConfig, e
 	return cfgs, errors.Join(errs...)
 }
 
-func buildContext(raw *clientcmdapi.Config, name string, o LoadOptions) (*NamedConfig, error) {
+func buildContext(raw *clientcmdapi.Config, name, dir string, o LoadOptions) (*NamedConfig, error) {
 	if name == "" {
 		return nil, fmt.Errorf("%w: a context has an empty name", ErrInvalidKubeconfig)
 	}
@@ -199,13 +306,32 @@ func buildContext(raw *clientcmdapi.Config, name string, o LoadOptions) (*NamedC
 			return nil, fmt.Errorf("%w: user %q has an auth-provider", ErrAuthPluginRefused, kctx.AuthInfo)
 		}
 	}
-	if err := checkReferencedFiles(cluster, user); err != nil {
+	// Work on copies holding only this context, so that what clientcmd
+	// reads is exactly what was checked, and checked files can be replaced
+	// by their content.
+	cluster = cluster.DeepCopy()
+	if user != nil {
+		user = user.DeepCopy()
+	}
+	refs, err := checkFileReferences(dir, cluster, user, o)
+	if err != nil {
 		return nil, err
 	}
+	one := clientcmdapi.NewConfig()
+	one.Clusters[kctx.Cluster] = cluster
+	if user != nil {
+		one.AuthInfos[kctx.AuthInfo] = user
+	}
+	one.Contexts[name] = kctx.DeepCopy()
 
-	cfg, err := clientcmd.NewNonInteractiveClientConfig(*raw, name, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
+	cfg, err := clientcmd.NewNonInteractiveClientConfig(*one, name, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidKubeconfig, withoutSecrets(err, user))
+	}
+	// A server that is no URL would fail later, in an error quoting it
+	// whole, password included.
+	if _, _, err := rest.DefaultServerUrlFor(&rest.Config{Host: cfg.Host}); err != nil {
+		return nil, fmt.Errorf("%w: server %s is neither a URL nor a host:port pair", ErrInvalidKubeconfig, quoteIfOdd(RedactURL(cfg.Host)))
 	}
 	// Certificates that do not parse would only fail later, when the
 	// cluster's Manager is built, far from the file that holds them. Only
@@ -213,5 +339,7 @@ func buildContext(raw *clientcmdapi.Config, name string, o LoadOptions) (*NamedC
 	if _, err := rest.TLSConfigFor(&rest.Config{Host: cfg.Host, TLSClientConfig: cfg.TLSClientConfig}); err != nil {
 		return nil, fmt.Errorf("%w: TLS settings: %s", ErrInvalidKubeconfig, withoutSecrets(err, user))
 	}
-	return NewNamedConfig(name, cfg), nil
+	nc := NewNamedConfig(name, cfg)
+	nc.refs = refs
+	return nc, nil
 }

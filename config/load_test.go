@@ -286,19 +286,22 @@ contexts:
 }
 
 // TestLoadFileReferencedFilesMustBeRegular guards against kubeconfigs that
-// would make loading read forever or block.
+// would make loading read forever or block, whether the files are checked
+// and read by the loader (the default) or left to client-go
+// (AllowFileReferences).
 func TestLoadFileReferencedFilesMustBeRegular(t *testing.T) {
-	dir := t.TempDir()
-	big := filepath.Join(dir, "big-token")
-	writeFile(t, big, make([]byte, maxTokenFileSize+1))
-	for name, user := range map[string]string{
-		"token file is a directory": `{tokenFile: ` + dir + `}`,
-		"token file is huge":        `{tokenFile: ` + big + `}`,
-		"client key is a directory": `{client-certificate: ` + dir + `, client-key: ` + dir + `}`,
-	} {
-		t.Run(name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "kc")
-			writeFile(t, path, []byte(`
+	for mode, opts := range map[string][]LoadOption{"default": nil, "allowed": {AllowFileReferences()}} {
+		for name, user := range map[string]string{
+			"token file is a directory": `{tokenFile: sub}`,
+			"token file is huge":        `{tokenFile: big-token}`,
+			"client key is a directory": `{client-certificate: sub, client-key: sub}`,
+		} {
+			t.Run(mode+"/"+name, func(t *testing.T) {
+				dir := t.TempDir()
+				writeFile(t, filepath.Join(dir, "big-token"), make([]byte, maxTokenFileSize+1))
+				writeFile(t, filepath.Join(dir, "sub", "x"), nil)
+				path := filepath.Join(dir, "kc")
+				writeFile(t, path, []byte(`
 clusters:
 - name: c
   cluster: {server: "https://127.0.0.1:6443", insecure-skip-tls-verify: true}
@@ -309,11 +312,12 @@ contexts:
 - name: x
   context: {cluster: c, user: u}
 `))
-			_, err := LoadFile(path)
-			if !errors.Is(err, ErrInvalidKubeconfig) {
-				t.Fatalf("err = %v, want ErrInvalidKubeconfig", err)
-			}
-		})
+				_, err := LoadFile(path, opts...)
+				if !errors.Is(err, ErrInvalidKubeconfig) {
+					t.Fatalf("err = %v, want ErrInvalidKubeconfig", err)
+				}
+			})
+		}
 	}
 }
 
@@ -411,7 +415,7 @@ func TestLoadFileResolvesRelativePaths(t *testing.T) {
 	// Load through a relative path from a working directory holding none of
 	// the files: paths must follow the kubeconfig, not the process.
 	t.Chdir(root)
-	cfgs, err := LoadFile(filepath.Join("kube", "config"))
+	cfgs, err := LoadFile(filepath.Join("kube", "config"), AllowFileReferences())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,6 +446,31 @@ func TestLoadFileResolvesRelativePaths(t *testing.T) {
 	cert, err := tlsCfg.GetClientCertificate(nil)
 	if err != nil || len(cert.Certificate) == 0 {
 		t.Fatalf("client certificate not loaded: %v", err)
+	}
+}
+
+// TestLoadFileReadsReferencedFilesItself: by default the loader reads the
+// files a kubeconfig names once, through its checks, and hands client-go
+// their content, so nothing swapped in after the check is ever read.
+func TestLoadFileReadsReferencedFilesItself(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "kube")
+	selfSigned(t, dir)
+	writeFile(t, filepath.Join(dir, "config"), []byte(relativePathsKubeconfig))
+	cfgs, err := LoadFile(filepath.Join(dir, "config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	byCert, byToken := cfgs[0].Config, cfgs[1].Config
+	ca, _ := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	key, _ := os.ReadFile(filepath.Join(dir, "client.key"))
+	if byCert.CAFile != "" || byCert.CertFile != "" || byCert.KeyFile != "" || string(byCert.CAData) != string(ca) || string(byCert.KeyData) != string(key) {
+		t.Errorf("certificate files not read by the loader: %+v", byCert.TLSClientConfig)
+	}
+	if byToken.BearerTokenFile != "" || byToken.BearerToken != "file-token" {
+		t.Errorf("token file not read by the loader: file %q, token read: %v", byToken.BearerTokenFile, byToken.BearerToken == "file-token")
+	}
+	if _, err := rest.TLSConfigFor(byCert); err != nil {
+		t.Errorf("TLSConfigFor: %v", err)
 	}
 }
 
@@ -485,9 +514,9 @@ func TestLoadSecretVolume(t *testing.T) {
 	if want := filepath.Join(dir, "config"); cfgs[0].Source.File != want {
 		t.Errorf("Source.File = %q, want %q", cfgs[0].Source.File, want)
 	}
-	// Through the top-level symlink, so that an updated Secret is followed.
-	if want := filepath.Join(dir, "ca.crt"); cfgs[0].Config.CAFile != want {
-		t.Errorf("CAFile = %q, want %q", cfgs[0].Config.CAFile, want)
+	// Read through the top-level symlink and "..data": inside the volume.
+	if string(cfgs[0].Config.CAData) != string(files["ca.crt"]) || cfgs[0].Config.CAFile != "" {
+		t.Errorf("CA not read from the volume: CAFile %q", cfgs[0].Config.CAFile)
 	}
 	if _, err := rest.TLSConfigFor(cfgs[0].Config); err != nil {
 		t.Errorf("TLSConfigFor: %v", err)

@@ -40,7 +40,7 @@ func MergeFileConfigs(files []FileConfigs) ([]*NamedConfig, error) {
 				continue
 			}
 			tls := c.Config.TLSClientConfig
-			for _, p := range []string{tls.CAFile, tls.CertFile, tls.KeyFile, c.Config.BearerTokenFile} {
+			for _, p := range append([]string{tls.CAFile, tls.CertFile, tls.KeyFile, c.Config.BearerTokenFile}, c.refs...) {
 				if p != "" {
 					referenced[absClean(p)] = true
 				}

@@ -22,6 +22,11 @@ type NamedConfig struct {
 	// Source says where the config came from, for error messages and logs.
 	// It plays no part in Fingerprint.
 	Source Source
+
+	// refs are the files the kubeconfig named as certificate, key or token
+	// (absolute, as written), whether or not Config still names them: a
+	// directory's loader tells data files from broken kubeconfigs by them.
+	refs []string
 }
 
 // Source tells where a NamedConfig came from. At most one of its forms is
@@ -61,6 +66,19 @@ func (c *NamedConfig) String() string {
 		return fmt.Sprintf("%s (%s)", c.Name, src)
 	}
 	return c.Name
+}
+
+// Redacted describes the cluster for messages: its name, source and server,
+// the server passed through RedactURL. It never includes credentials.
+func (c *NamedConfig) Redacted() string {
+	if c == nil {
+		return "<nil>"
+	}
+	s := c.String()
+	if c.Config != nil && c.Config.Host != "" {
+		s += " at " + RedactURL(c.Config.Host)
+	}
+	return s
 }
 
 // Fingerprint returns a digest of everything in the config that decides how

@@ -2,10 +2,91 @@ package config
 
 import (
 	"bytes"
+	"net/url"
+	"regexp"
 	"strings"
 
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
+
+// redacted stands in for a secret in text mccr prints.
+const redacted = "REDACTED"
+
+var (
+	// userinfo in any URL: scheme://user:password@ or scheme://token@.
+	urlUserinfo = regexp.MustCompile(`(?i)\b([a-z][a-z0-9+.\-]*://)[^/?#\s@"'<>]+@`)
+	// Authorization header values: "Bearer abc", "Basic abc".
+	authScheme = regexp.MustCompile(`(?i)\b(bearer|basic)(\s+)[A-Za-z0-9\-._~+/=]+`)
+	// key: value and key=value pairs whose value is a credential.
+	secretPair = regexp.MustCompile(`(?i)\b(token|password|passwd|secret|client-key-data|client-certificate-data|access_token|id-token|refresh-token)(["']?\s*[:=]\s*["']?)[^\s"',;&}\]]+`)
+	// PEM private keys.
+	pemKey = regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z ]*PRIVATE KEY-----|$)`)
+)
+
+// Redact returns s with the secrets mccr knows the shape of replaced by
+// "REDACTED": the userinfo of URLs (https://admin:secret@host), bearer and
+// basic credentials, token=… and password: … pairs, and PEM private keys.
+// Everything mccr prints about a cluster or a kubeconfig — errors, status,
+// events, log lines — goes through it; so should a caller's own messages
+// that quote a host or an error from a client.
+func Redact(s string) string {
+	if s == "" {
+		return s
+	}
+	s = urlUserinfo.ReplaceAllString(s, "${1}"+redacted+"@")
+	s = authScheme.ReplaceAllString(s, "${1}${2}"+redacted)
+	s = secretPair.ReplaceAllString(s, "${1}${2}"+redacted)
+	s = pemKey.ReplaceAllString(s, "[PRIVATE KEY "+redacted+"]")
+	return s
+}
+
+// RedactURL returns a server address fit for printing: userinfo replaced
+// (https://REDACTED@host), query values replaced, the rest as given. It
+// accepts what rest.Config.Host accepts, a URL or a bare host:port.
+func RedactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.Opaque != "" || (u.Scheme == "" && u.Host == "") {
+		// Not a URL (a bare "user:pw@host:port", say): drop anything
+		// before the last "@", then apply the general rules.
+		if i := strings.LastIndex(s, "@"); i >= 0 && !strings.Contains(s, "://") {
+			s = redacted + s[i:]
+		}
+		return Redact(s)
+	}
+	if u.User != nil {
+		u.User = url.User(redacted)
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k := range q {
+			q[k] = []string{redacted}
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
+
+// RedactError returns err with Redact applied to its message. errors.Is
+// and errors.As still see what err wraps. A nil error stays nil, and an
+// error with nothing to redact is returned as it is.
+func RedactError(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	if clean := Redact(msg); clean != msg {
+		return &redactedError{msg: clean, err: err}
+	}
+	return err
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
 
 // withheld replaces an error message that would have disclosed a secret.
 const withheld = "details withheld: the message quoted the kubeconfig"
@@ -28,7 +109,7 @@ func decodeMessage(err error, data []byte) string {
 			return withheld
 		}
 	}
-	return msg
+	return Redact(msg)
 }
 
 // withoutSecrets returns err's message unless it contains one of user's
@@ -37,7 +118,7 @@ func decodeMessage(err error, data []byte) string {
 func withoutSecrets(err error, user *clientcmdapi.AuthInfo) string {
 	msg := err.Error()
 	if user == nil {
-		return msg
+		return Redact(msg)
 	}
 	secrets := []string{user.Token, user.Password, string(user.ClientKeyData), string(user.ClientCertificateData)}
 	if user.AuthProvider != nil {
@@ -55,5 +136,5 @@ func withoutSecrets(err error, user *clientcmdapi.AuthInfo) string {
 			return withheld
 		}
 	}
-	return msg
+	return Redact(msg)
 }

@@ -1,42 +1,203 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// checkReferencedFiles makes sure the files clientcmd opens or reads while
-// building a config are plain files: opening a FIFO blocks, and reading a
-// device such as /dev/zero never ends. Missing files are left to clientcmd,
-// which reports them.
-func checkReferencedFiles(cluster *clientcmdapi.Cluster, user *clientcmdapi.AuthInfo) error {
-	type ref struct {
-		field, path string
-		limit       int64
-	}
-	refs := []ref{{"certificate-authority", cluster.CertificateAuthority, 0}}
+// ErrFileReferenceRefused means a kubeconfig's certificate-authority,
+// client-certificate, client-key or tokenFile leads, after symlinks, out of
+// the kubeconfig's own directory, and the caller did not allow that place
+// with AllowFileReferences. Whoever writes a kubeconfig chooses the server
+// it talks to: a token file path is a way to send any local file (the
+// controller's own ServiceAccount token, say) to that server.
+var ErrFileReferenceRefused = errors.New("file reference refused (files outside the kubeconfig's directory need AllowFileReferences)")
+
+// fileRef is one file path of a kubeconfig entry and where its content goes
+// when mccr reads it itself.
+type fileRef struct {
+	field string
+	path  *string
+	data  *[]byte // nil for the token file, whose content is a string
+	token *string
+	other string // the field that must not be set as well, or ""
+	set   bool   // whether other is set
+}
+
+// checkFileReferences applies the file reference rules to one context's
+// cluster and user (copies, changed in place) before clientcmd sees them,
+// and returns the files they named. Nothing is opened before it is known to
+// be allowed, and nothing that is not a regular file is read.
+//
+// By default every path must resolve inside dir; each file is then read
+// here, once, and its content replaces the path, so that nothing swapped in
+// after the check is ever read. With AllowFileReferences the paths are left
+// for client-go, which reads them again later (rotation); only their place
+// (unless any place is allowed), type and size are checked.
+func checkFileReferences(dir string, cluster *clientcmdapi.Cluster, user *clientcmdapi.AuthInfo, o LoadOptions) ([]string, error) {
+	refs := []fileRef{{
+		field: "certificate-authority", path: &cluster.CertificateAuthority, data: &cluster.CertificateAuthorityData,
+		other: "certificate-authority-data", set: len(cluster.CertificateAuthorityData) > 0,
+	}}
 	if user != nil {
 		refs = append(refs,
-			ref{"client-certificate", user.ClientCertificate, 0},
-			ref{"client-key", user.ClientKey, 0},
-			ref{"tokenFile", user.TokenFile, maxTokenFileSize})
+			fileRef{
+				field: "client-certificate", path: &user.ClientCertificate, data: &user.ClientCertificateData,
+				other: "client-certificate-data", set: len(user.ClientCertificateData) > 0,
+			},
+			fileRef{
+				field: "client-key", path: &user.ClientKey, data: &user.ClientKeyData,
+				other: "client-key-data", set: len(user.ClientKeyData) > 0,
+			},
+			// A token next to a token file is not an error for clientcmd,
+			// but client-go then sends the file: check the file all the same.
+			fileRef{field: "tokenFile", path: &user.TokenFile, token: &user.Token})
 	}
+
+	var named []string
 	for _, r := range refs {
-		if r.path == "" {
+		if *r.path == "" {
 			continue
 		}
-		fi, err := os.Stat(r.path)
+		named = append(named, *r.path)
+	}
+	if o.AnyFileReferences {
+		return named, checkRegular(refs)
+	}
+
+	allowed, err := allowedRoots(dir, o.FileReferenceRoots)
+	if err != nil {
+		return nil, err
+	}
+	trusted := len(o.FileReferenceRoots) > 0
+	for _, r := range refs {
+		p := *r.path
+		if p == "" {
+			continue
+		}
+		if r.set && !trusted {
+			return nil, fmt.Errorf("%w: both %s and %s are set", ErrInvalidKubeconfig, r.field, r.other)
+		}
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s %s cannot be resolved: %v", ErrInvalidKubeconfig, r.field, quoteIfOdd(p), bareFSError(err))
+		}
+		if !within(real, allowed) {
+			return nil, fmt.Errorf("%w: %s %s leads out of %s", ErrFileReferenceRefused, r.field, quoteIfOdd(p), quoteIfOdd(dir))
+		}
+		data, err := readReferenced(real, allowed)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s %s %v", ErrInvalidKubeconfig, r.field, quoteIfOdd(p), err)
+		}
+		if trusted {
+			continue
+		}
+		if r.token != nil {
+			// client-go trims a token file's content the same way.
+			*r.token = strings.TrimSpace(string(data))
+		} else {
+			*r.data = data
+		}
+		*r.path = ""
+	}
+	return named, nil
+}
+
+// checkRegular is the rule for files the caller trusts: opening a FIFO
+// blocks and reading a device such as /dev/zero never ends, so only regular
+// files of bounded size are left to clientcmd. Missing files are left to
+// clientcmd, which reports them.
+func checkRegular(refs []fileRef) error {
+	for _, r := range refs {
+		if *r.path == "" {
+			continue
+		}
+		fi, err := os.Stat(*r.path)
 		if err != nil {
 			continue
 		}
 		if !fi.Mode().IsRegular() {
-			return fmt.Errorf("%w: %s %s is not a regular file", ErrInvalidKubeconfig, r.field, quoteIfOdd(r.path))
+			return fmt.Errorf("%w: %s %s is not a regular file", ErrInvalidKubeconfig, r.field, quoteIfOdd(*r.path))
 		}
-		if r.limit > 0 && fi.Size() > r.limit {
-			return fmt.Errorf("%w: %s %s is larger than %d bytes", ErrInvalidKubeconfig, r.field, quoteIfOdd(r.path), r.limit)
+		if fi.Size() > maxReferencedFileSize {
+			return fmt.Errorf("%w: %s %s is larger than %d bytes", ErrInvalidKubeconfig, r.field, quoteIfOdd(*r.path), maxReferencedFileSize)
 		}
 	}
 	return nil
+}
+
+// allowedRoots resolves the kubeconfig's directory and the caller's roots.
+func allowedRoots(dir string, roots []string) ([]string, error) {
+	var out []string
+	for i, d := range append([]string{dir}, roots...) {
+		abs, err := filepath.Abs(d)
+		if err == nil {
+			abs, err = filepath.EvalSymlinks(abs)
+		}
+		if err != nil {
+			if i == 0 {
+				return nil, fmt.Errorf("%w: resolving the kubeconfig's directory: %v", ErrInvalidKubeconfig, bareFSError(err))
+			}
+			continue // a root that does not exist allows nothing
+		}
+		out = append(out, abs)
+	}
+	return out, nil
+}
+
+// within says whether the resolved path p lies under one of roots.
+func within(p string, roots []string) bool {
+	for _, r := range roots {
+		rel, err := filepath.Rel(r, p)
+		if err != nil || filepath.IsAbs(rel) {
+			continue
+		}
+		if rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return true
+		}
+	}
+	return false
+}
+
+// readReferenced opens a resolved, allowed path without blocking (a FIFO
+// opens at once with O_NONBLOCK), makes sure what was opened is a regular
+// file of bounded size that still lies inside roots (a directory on the way
+// may have been swapped since the path was resolved), and returns its
+// content. A file that yields more than the size it reports (a pseudo-file
+// of /proc) is refused. Errors never quote the content.
+func readReferenced(real string, roots []string) ([]byte, error) {
+	f, err := os.OpenFile(real, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, bareFSError(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, bareFSError(err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, errors.New("is not a regular file")
+	}
+	if fi.Size() > maxReferencedFileSize {
+		return nil, fmt.Errorf("is larger than %d bytes", maxReferencedFileSize)
+	}
+	if opened, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(f.Fd()))); err == nil && filepath.IsAbs(opened) && !within(opened, roots) {
+		return nil, errors.New("changed while it was checked")
+	}
+	data, err := io.ReadAll(io.LimitReader(f, fi.Size()+1))
+	if err != nil {
+		return nil, bareFSError(err)
+	}
+	if int64(len(data)) > fi.Size() {
+		return nil, errors.New("yields more than its size (a pseudo-file, or written while read)")
+	}
+	return data, nil
 }
