@@ -78,7 +78,9 @@ var (
 //     client-go refuses both). client-go has no setting that skips only the
 //     name check or only the validity check, so for "SubjectName" and/or
 //     "ValidityPeriod" the config gets a WrapTransport that uses its own
-//     HTTP transport: it still verifies the server's chain against the CA,
+//     HTTP transport, dialing with the dialer of the transport it wraps
+//     (so a Server's connection tracking closes its connections with the
+//     member): it still verifies the server's chain against the CA,
 //     and still checks the name unless "SubjectName" is listed; with
 //     "ValidityPeriod" a chain that fails as of now is accepted if it
 //     verifies as of the middle of the server certificate's validity

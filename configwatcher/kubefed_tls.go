@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 )
 
 // relaxedTLSTransport returns a WrapTransport that replaces client-go's
@@ -15,21 +17,26 @@ import (
 // to skip. client-go's transport cannot be adjusted in place: it is shared
 // between configs with the same TLS settings (and so must not be mutated),
 // and a clone would still hand its HTTP/2 connections to the original's
-// pool. The replacement ignores the wrapped transport and rebuilds what it
-// provided: the proxy and the usual timeouts.
+// pool. The replacement rebuilds what the wrapped transport provided (the
+// proxy and the usual timeouts) and dials with the wrapped transport's
+// dialer: that is how a connection tracker set as the config's Dial (the
+// Server's connection pool sets one for every member) sees, and closes,
+// the replacement's connections too.
 func relaxedTLSTransport(serverName string, roots *x509.CertPool, proxy func(*http.Request) (*url.URL, error), skipName, skipValidity bool) func(http.RoundTripper) http.RoundTripper {
-	return func(http.RoundTripper) http.RoundTripper {
+	return func(next http.RoundTripper) http.RoundTripper {
+		// An unknown transport type has no dialer to borrow.
+		dial, _ := utilnet.DialerFor(next)
+		if dial == nil {
+			dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		}
 		return &http.Transport{
-			Proxy: proxy,
-			DialContext: (&net.Dialer{
-				Timeout:   30 * time.Second,
-				KeepAlive: 30 * time.Second,
-			}).DialContext,
+			Proxy:       proxy,
+			DialContext: dial,
 			TLSClientConfig: &tls.Config{
 				MinVersion: tls.VersionTLS12,
 				// Go's own verification cannot be told to skip only one
 				// check; VerifyConnection does the verification instead.
-				InsecureSkipVerify: true, //nolint:gosec // replaced by VerifyConnection
+				InsecureSkipVerify: true, //nolint:gosec // G402: verified by VerifyConnection
 				VerifyConnection: func(cs tls.ConnectionState) error {
 					return verifyRelaxed(cs.PeerCertificates, roots, serverName, skipName, skipValidity)
 				},

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	kubefedv1beta1 "github.com/mccr-dev/mccr/apis/kubefed/v1beta1"
+	"github.com/mccr-dev/mccr/internal/conntrack"
 )
 
 type testCA struct {
@@ -59,6 +61,12 @@ func newTestCA(t *testing.T) *testCA {
 // bearer token "tok" and 401 to anything else.
 func (ca *testCA) serve(t *testing.T, dnsName string, notBefore, notAfter time.Time) *httptest.Server {
 	t.Helper()
+	return ca.serveOn(t, httptest.NewUnstartedServer(nil), dnsName, notBefore, notAfter)
+}
+
+// serveOn is serve on a server made by the caller (to set hooks on it).
+func (ca *testCA) serveOn(t *testing.T, srv *httptest.Server, dnsName string, notBefore, notAfter time.Time) *httptest.Server {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -79,13 +87,13 @@ func (ca *testCA) serve(t *testing.T, dnsName string, notBefore, notAfter time.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer tok" {
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}
 		_, _ = io.WriteString(w, "ok")
-	}))
+	})
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // failed handshakes are the point
 	srv.StartTLS()
@@ -209,6 +217,87 @@ func TestKubeFedRESTConfig(t *testing.T) {
 	} {
 		if _, err := kubeFedRESTConfig(bad, "tok", nil); !errors.Is(err, ErrKubeFedClusterInvalid) {
 			t.Errorf("%+v: got %v, want ErrKubeFedClusterInvalid", bad, err)
+		}
+	}
+}
+
+// openConns counts the server's open connections as the server sees them.
+func openConns(srv *httptest.Server) func() int {
+	var mu sync.Mutex
+	n := 0
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch s {
+		case http.StateNew:
+			n++
+		case http.StateClosed, http.StateHijacked:
+			n--
+		}
+	}
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return n
+	}
+}
+
+// A member with relaxed TLS dials through the same connection pool as
+// every other member: once its lease is released (the member deleted, or
+// the Server stopped), none of its connections stays open. The relaxed
+// transport used to dial on its own, out of the pool's sight, and kept one
+// connection per client built from the config.
+func TestKubeFedRelaxedTLSConnectionsReleased(t *testing.T) {
+	ca := newTestCA(t)
+	now := time.Now()
+	srv := httptest.NewUnstartedServer(nil)
+	open := openConns(srv)
+	ca.serveOn(t, srv, "other.example", now.Add(-time.Hour), now.Add(time.Hour))
+
+	for _, skip := range [][]kubefedv1beta1.TLSValidation{
+		{kubefedv1beta1.TLSSubjectName},
+		{kubefedv1beta1.TLSSubjectName, kubefedv1beta1.TLSValidityPeriod},
+	} {
+		cfg, err := kubeFedRESTConfig(kubefedv1beta1.KubeFedClusterSpec{
+			APIEndpoint: srv.URL, CABundle: ca.pem, DisabledTLSValidations: skip,
+		}, "tok", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pool conntrack.Pool
+		lease, err := pool.Acquire(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A member's Manager, its probe and its REST mapper each build a
+		// client from the config.
+		for range 3 {
+			hc, err := rest.HTTPClientFor(lease.Config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := hc.Get(srv.URL)
+			if err != nil {
+				t.Fatalf("%v: %v", skip, err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("%v: %s", skip, resp.Status)
+			}
+		}
+		before := open()
+		if before == 0 {
+			t.Fatalf("%v: no connection open while the lease is held", skip)
+		}
+		lease.Release()
+		deadline := time.Now().Add(5 * time.Second)
+		for open() > 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Logf("%v: %d connection(s) open before the release, %d after", skip, before, open())
+		if n := open(); n != 0 {
+			t.Fatalf("%v: %d connection(s) still open after the lease was released", skip, n)
 		}
 	}
 }

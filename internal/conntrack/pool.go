@@ -96,6 +96,11 @@ func (p *Pool) Acquire(cfg *rest.Config) (*Lease, error) {
 			Proxy:              cfg.Proxy,
 			Dial:               cfg.Dial,
 			DisableCompression: cfg.DisableCompression,
+			// Applied once, to the tracked transport: a WrapTransport that
+			// replaces the transport it is given (KubeFed's relaxed TLS
+			// does) then builds one replacement per lease, not one per
+			// client, and dials through the tracker.
+			WrapTransport: cfg.WrapTransport,
 		})
 		rt, err := rest.TransportFor(shared)
 		if err != nil {
@@ -115,7 +120,7 @@ func (p *Pool) Acquire(cfg *rest.Config) (*Lease, error) {
 	// TLS, proxy and dialing now belong to the shared transport; client-go
 	// refuses a custom Transport together with TLS options.
 	out.TLSClientConfig = rest.TLSClientConfig{}
-	out.Proxy, out.Dial = nil, nil
+	out.Proxy, out.Dial, out.WrapTransport = nil, nil, nil
 
 	var once sync.Once
 	return &Lease{
@@ -167,10 +172,10 @@ func identityKey(cfg *rest.Config) (string, error) {
 }
 
 // transportKey identifies what a shared transport depends on: the server
-// and everything about TLS, proxying and dialing.
+// and everything about TLS, proxying, dialing and wrapping.
 func transportKey(cfg *rest.Config) (string, error) {
 	t := cfg.TLSClientConfig
-	if cfg.Dial != nil || cfg.Proxy != nil {
+	if cfg.Dial != nil || cfg.Proxy != nil || cfg.WrapTransport != nil {
 		// Funcs cannot be compared; identity of the config is the safe key.
 		return fmt.Sprintf("%p", cfg), nil
 	}

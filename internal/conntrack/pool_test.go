@@ -1,6 +1,7 @@
 package conntrack
 
 import (
+	"crypto/tls"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
 )
 
@@ -146,4 +148,50 @@ func TestPoolSharesMappersPerIdentity(t *testing.T) {
 	if built != 2 {
 		t.Errorf("built %d mappers for two identities, want 2", built)
 	}
+}
+
+// A config's WrapTransport is applied once, to its own tracked transport,
+// and a wrapper that replaces the transport it is given keeps dialing
+// through the tracker when it borrows that transport's dialer: the
+// connections close with the lease, even while another lease of the same
+// server is still held.
+func TestPoolWrapTransportIsTracked(t *testing.T) {
+	srv, open := server(t)
+	plain := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	wrapped := rest.CopyConfig(plain)
+	var mu sync.Mutex
+	wraps := 0
+	wrapped.WrapTransport = func(next http.RoundTripper) http.RoundTripper {
+		mu.Lock()
+		wraps++
+		mu.Unlock()
+		dial, err := utilnet.DialerFor(next)
+		if err != nil || dial == nil {
+			t.Errorf("no dialer to borrow from %T: %v", next, err)
+		}
+		return &http.Transport{DialContext: dial, TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // G402: test server
+	}
+	var p Pool
+	other, err := p.Acquire(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release()
+	get(t, other.Config)
+	l, err := p.Acquire(wrapped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Config.Transport == other.Config.Transport {
+		t.Fatal("a config with a WrapTransport shares the transport of one without")
+	}
+	for range 3 {
+		get(t, l.Config)
+	}
+	if wraps != 1 {
+		t.Fatalf("WrapTransport applied %d times, want once per lease", wraps)
+	}
+	waitFor(t, "two connections open", func() bool { return open() == 2 })
+	l.Release()
+	waitFor(t, "the wrapped lease's connection closed", func() bool { return open() == 1 })
 }
