@@ -1,0 +1,39 @@
+// Package fakeapi is an in-process fake Kubernetes API server for tests.
+//
+// mccr adds and removes member clusters at run time, and each one brings a
+// controller-runtime cache, clients and watches that must start, sync and
+// then go away without leaving anything behind. Proving that takes tens of
+// thousands of Add/Delete cycles, and a real kube-apiserver (envtest) is far
+// too slow for that: it starts in seconds, answers in milliseconds and
+// cannot be told to fail. client-go's fake clientsets are fast but skip the
+// part that matters, the HTTP transport, discovery, the reflector's
+// list/watch protocol and the connections a stopped cluster must close.
+//
+// A Server speaks enough of the real protocol over loopback HTTPS, with a
+// bearer token, that an unmodified rest.Config user (a controller-runtime
+// cluster.Cluster, Manager or client) cannot tell the difference for the
+// few resources it serves: ConfigMaps and Secrets (namespaced) and
+// Namespaces. It answers discovery (/api, /api/v1, /apis, /version),
+// get, list (label and field selectors), create, update, patch (merge,
+// strategic merge and JSON patch), delete and deletecollection, and watch
+// from a resourceVersion, including the streaming watch-list that client-go
+// informers use by default (initial ADDED events closed by the
+// "k8s.io/initial-events-end" bookmark). It always answers in JSON,
+// whatever the client asks for; clients decode by the Content-Type of the
+// answer, and protobuf request bodies are understood.
+//
+// Faults can be switched on and off while clients run: latency on every
+// request, a 401 for everything, a 403 for one resource, and requests that
+// hang until released. RequestCount and OpenWatches let a test see what
+// its clients did and whether they let go.
+//
+// What it does not do: other resources, subresources, server-side apply,
+// dry run, finalizers and graceful deletion (deletes are immediate;
+// deleting a Namespace deletes what is in it at once), admission,
+// validation beyond names and resourceVersions, pagination (lists come
+// whole), and periodic bookmarks. Namespaced objects may be created in
+// Namespaces that do not exist.
+//
+// Close ends every watch and waits for every handler, so a test can check
+// with goleak that neither side leaves goroutines behind.
+package fakeapi

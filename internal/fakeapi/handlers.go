@@ -1,0 +1,315 @@
+package fakeapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"time"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// codecs decodes request bodies in the encodings clients send: JSON, and
+// protobuf from controller-runtime's typed client.
+var codecs = func() serializer.CodecFactory {
+	sch := runtime.NewScheme()
+	if err := corev1.AddToScheme(sch); err != nil {
+		panic(err)
+	}
+	return serializer.NewCodecFactory(sch)
+}()
+
+// resource serves /api/v1/[namespaces/{ns}/]{resource}[/{name}].
+func (s *Server) resource(w http.ResponseWriter, r *http.Request, parts []string) {
+	var ns, name string
+	if len(parts) >= 3 && parts[0] == "namespaces" {
+		ns, parts = parts[1], parts[2:]
+	}
+	if len(parts) == 2 {
+		name = parts[1]
+	}
+	k := kindFor(parts[0])
+	if k == nil || len(parts) > 2 || (!k.namespaced && ns != "") || (k.namespaced && ns == "" && name != "") {
+		writeError(w, apierrors.NewNotFound(corev1.Resource(parts[0]), name))
+		return
+	}
+	q := r.URL.Query()
+	verb := verbOf(r.Method, name != "", q.Get("watch") == "true" || q.Get("watch") == "1")
+	if verb == "" {
+		writeError(w, apierrors.NewMethodNotSupported(k.gr(), r.Method))
+		return
+	}
+	if s.isForbidden(k.resource) {
+		writeError(w, apierrors.NewForbidden(k.gr(), name,
+			fmt.Errorf("User %q cannot %s resource %q in API group \"\"", "fakeapi", verb, k.resource)))
+		return
+	}
+	f, err := parseFilter(ns, q)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+
+	var body []byte
+	code := http.StatusOK
+	switch verb {
+	case "watch":
+		s.watch(w, r, k, f)
+		return
+	case "list":
+		body = s.list(k, f)
+	case "create":
+		code = http.StatusCreated
+		body, err = s.createFrom(r, k, ns)
+	case "update", "patch":
+		body, err = s.updateFrom(r, k, ns, name, verb == "patch")
+	case "deletecollection":
+		s.mu.Lock()
+		for _, e := range s.selected(k, f) {
+			s.remove(k, e)
+		}
+		s.mu.Unlock()
+		body = success(k, "", "")
+	default: // get, delete
+		s.mu.Lock()
+		e, ok := s.get(k, ns, name)
+		if ok && verb == "delete" {
+			s.remove(k, e)
+		}
+		s.mu.Unlock()
+		switch {
+		case !ok:
+			err = apierrors.NewNotFound(k.gr(), name)
+		case verb == "delete":
+			body = success(k, name, e.obj.GetUID())
+		default:
+			body = e.raw
+		}
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeRaw(w, code, body)
+}
+
+func verbOf(method string, named, watching bool) string {
+	switch {
+	case method == http.MethodGet && named:
+		return "get"
+	case method == http.MethodGet && watching:
+		return "watch"
+	case method == http.MethodGet:
+		return "list"
+	case method == http.MethodPost && !named:
+		return "create"
+	case method == http.MethodPut && named:
+		return "update"
+	case method == http.MethodPatch && named:
+		return "patch"
+	case method == http.MethodDelete && named:
+		return "delete"
+	case method == http.MethodDelete:
+		return "deletecollection"
+	}
+	return ""
+}
+
+// success is what a real server answers to a delete of these kinds.
+func success(k *kind, name string, uid types.UID) []byte {
+	return mustJSON(&metav1.Status{
+		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status:   metav1.StatusSuccess,
+		Details:  &metav1.StatusDetails{Name: name, Kind: k.resource, UID: uid},
+	})
+}
+
+func (s *Server) list(k *kind, f filter) []byte {
+	s.mu.Lock()
+	entries, rv := s.selected(k, f), s.rv
+	s.mu.Unlock()
+	l := struct {
+		metav1.TypeMeta `json:",inline"`
+		metav1.ListMeta `json:"metadata"`
+		Items           []runtime.RawExtension `json:"items"`
+	}{
+		TypeMeta: metav1.TypeMeta{Kind: k.kind + "List", APIVersion: "v1"},
+		ListMeta: metav1.ListMeta{ResourceVersion: strconv.FormatUint(rv, 10)},
+		Items:    make([]runtime.RawExtension, len(entries)),
+	}
+	for i, e := range entries {
+		l.Items[i].Raw = e.raw
+	}
+	return mustJSON(l)
+}
+
+func (s *Server) createFrom(r *http.Request, k *kind, ns string) ([]byte, error) {
+	obj, err := decodeBody(r, k, ns)
+	if err != nil {
+		return nil, err
+	}
+	if obj.GetResourceVersion() != "" {
+		return nil, badRequest("resourceVersion should not be set on objects to be created")
+	}
+	if obj.GetName() == "" && obj.GetGenerateName() != "" {
+		obj.SetName(obj.GetGenerateName() + utilrand.String(5))
+	}
+	if obj.GetName() == "" {
+		return nil, apierrors.NewInvalid(k.gvk().GroupKind(), "", field.ErrorList{
+			field.Required(field.NewPath("metadata", "name"), "name or generateName is required")})
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.create(k, obj)
+}
+
+// updateFrom serves update (PUT) and patch. A patch applies to the stored
+// JSON under the lock, so that no other write comes in between.
+func (s *Server) updateFrom(r *http.Request, k *kind, ns, name string, patch bool) ([]byte, error) {
+	var obj object
+	var p []byte
+	var err error
+	if patch {
+		p, err = io.ReadAll(r.Body)
+	} else {
+		obj, err = decodeBody(r, k, ns)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, ok := s.get(k, ns, name)
+	if !ok {
+		return nil, apierrors.NewNotFound(k.gr(), name)
+	}
+	if patch {
+		if obj, err = applyPatch(r.Header.Get("Content-Type"), k, cur.raw, p); err != nil {
+			return nil, err
+		}
+	}
+	if obj.GetName() != name || obj.GetNamespace() != ns {
+		return nil, badRequest("the name or namespace of the object (%s/%s) does not match the URL (%s/%s)",
+			obj.GetNamespace(), obj.GetName(), ns, name)
+	}
+	return s.replace(k, cur, obj)
+}
+
+func applyPatch(contentType string, k *kind, cur, p []byte) (object, error) {
+	mt, _, _ := mime.ParseMediaType(contentType)
+	var patched []byte
+	var err error
+	switch types.PatchType(mt) {
+	case types.MergePatchType:
+		patched, err = jsonpatch.MergePatch(cur, p)
+	case types.StrategicMergePatchType:
+		patched, err = strategicpatch.StrategicMergePatch(cur, p, k.new())
+	case types.JSONPatchType:
+		var jp jsonpatch.Patch
+		if jp, err = jsonpatch.DecodePatch(p); err == nil {
+			patched, err = jp.Apply(cur)
+		}
+	default: // server-side apply among others
+		return nil, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "patch", k.gr(), "",
+			fmt.Sprintf("unsupported patch type %q", mt), 0, false)
+	}
+	if err != nil {
+		return nil, badRequest("applying patch: %v", err)
+	}
+	obj := k.new()
+	if err := json.Unmarshal(patched, obj); err != nil {
+		return nil, badRequest("decoding patched object: %v", err)
+	}
+	return obj, nil
+}
+
+// decodeBody decodes a create or update body into a k in the namespace of
+// the URL.
+func decodeBody(r *http.Request, k *kind, ns string) (object, error) {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, badRequest("reading body: %v", err)
+	}
+	gvk := k.gvk()
+	got, _, err := codecs.UniversalDeserializer().Decode(b, &gvk, k.new())
+	if err != nil {
+		return nil, badRequest("decoding body: %v", err)
+	}
+	obj, ok := got.(object)
+	if !ok || kindOf(obj) != k {
+		return nil, badRequest("expected a %s, got %T", k.kind, got)
+	}
+	switch {
+	case !k.namespaced:
+		obj.SetNamespace("")
+	case obj.GetNamespace() == "":
+		obj.SetNamespace(ns)
+	case obj.GetNamespace() != ns:
+		return nil, badRequest("the namespace of the object (%s) does not match the namespace of the URL (%s)", obj.GetNamespace(), ns)
+	}
+	return obj, nil
+}
+
+// watch streams events as client-go's watch decoder reads them: one JSON
+// metav1.WatchEvent after another in a chunked 200 answer, flushed as they
+// come. It ends when the client goes away, timeoutSeconds pass or the
+// server closes.
+func (s *Server) watch(w http.ResponseWriter, r *http.Request, k *kind, f filter) {
+	q := r.URL.Query()
+	initial := q.Get("sendInitialEvents") == "true"
+	if initial && !s.watchList {
+		writeError(w, apierrors.NewInvalid(metav1.SchemeGroupVersion.WithKind("ListOptions").GroupKind(), "", field.ErrorList{
+			field.Forbidden(field.NewPath("sendInitialEvents"), "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled")}))
+		return
+	}
+	var timeout <-chan time.Time
+	if secs, err := strconv.Atoi(q.Get("timeoutSeconds")); err == nil && secs > 0 {
+		t := time.NewTimer(time.Duration(secs) * time.Second)
+		defer t.Stop()
+		timeout = t.C
+	}
+	wt, gone, err := s.subscribe(k, f, q.Get("resourceVersion"), initial)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	if wt == nil {
+		_, _ = w.Write(gone)
+		return
+	}
+	defer s.unsubscribe(wt)
+	rc := http.NewResponseController(w)
+	for {
+		for _, fr := range wt.take() {
+			if _, err := w.Write(fr); err != nil {
+				return
+			}
+		}
+		if rc.Flush() != nil {
+			return
+		}
+		select {
+		case <-wt.wake:
+		case <-r.Context().Done():
+			return
+		case <-s.done:
+			return
+		case <-timeout:
+			return
+		}
+	}
+}

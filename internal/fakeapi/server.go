@@ -1,0 +1,263 @@
+package fakeapi
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/client-go/rest"
+)
+
+// Server is a fake API server. Create it with New, serve with Start, and
+// Close it when done. All methods are safe for concurrent use.
+type Server struct {
+	store
+
+	watchList bool
+	plainHTTP bool
+	token     string
+	ts        *httptest.Server
+	done      chan struct{} // closed by Close: ends watches, hangs and delays
+	closeOnce sync.Once
+
+	requests     atomic.Int64
+	latency      atomic.Int64 // a time.Duration
+	unauthorized atomic.Bool
+
+	faultMu   sync.Mutex
+	forbidden map[string]bool
+	hang      chan struct{} // non-nil while requests hang; closed to let them go
+}
+
+// Option configures a Server.
+type Option func(*Server)
+
+// WithHistory sets how many past events the server keeps to resume watches
+// from an older resourceVersion (default 10000). A watch from before them
+// gets 410 Gone, as from a compacted etcd, and the reflector lists again.
+func WithHistory(n int) Option { return func(s *Server) { s.history = max(n, 1) } }
+
+// WithoutWatchList makes the server refuse watches with sendInitialEvents
+// the way a kube-apiserver without the WatchList feature does (422), so
+// that client-go informers fall back to list, then watch.
+func WithoutWatchList() Option { return func(s *Server) { s.watchList = false } }
+
+// WithPlainHTTP serves plain HTTP. TLS is the default because that is what
+// clients of real clusters set up, and cache.
+func WithPlainHTTP() Option { return func(s *Server) { s.plainHTTP = true } }
+
+// New returns a Server that does not serve yet; Seed may preload it.
+func New(opts ...Option) *Server {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	s := &Server{watchList: true, token: hex.EncodeToString(b), done: make(chan struct{}), forbidden: map[string]bool{}}
+	s.history = 10000
+	for _, o := range opts {
+		o(s)
+	}
+	s.store.init()
+	return s
+}
+
+// Start serves on a loopback port. Like httptest, it panics if it cannot
+// listen. Call it once.
+func (s *Server) Start() {
+	s.ts = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	// Clients that give up mid-handshake are routine in fault tests.
+	s.ts.Config.ErrorLog = log.New(io.Discard, "", 0)
+	if s.plainHTTP {
+		s.ts.Start()
+	} else {
+		s.ts.StartTLS()
+	}
+}
+
+// Config returns a new rest.Config for the server: URL, CA and bearer
+// token. Client-side rate limiting is off (QPS -1), since the server is
+// there to be fast; set QPS and Burst on the copy to have it back.
+func (s *Server) Config() *rest.Config {
+	cfg := &rest.Config{Host: s.ts.URL, BearerToken: s.token, QPS: -1}
+	if !s.plainHTTP {
+		cfg.CAData = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.ts.Certificate().Raw})
+	}
+	return cfg
+}
+
+// Close ends every open watch and every hung or delayed request, stops
+// serving and returns once every handler has. It is idempotent.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		close(s.done)
+		if s.ts != nil {
+			s.ts.Close()
+		}
+	})
+}
+
+// SetLatency delays every request that arrives from now on by d; 0 turns
+// it off. Events on watches already open are not delayed.
+func (s *Server) SetLatency(d time.Duration) { s.latency.Store(int64(d)) }
+
+// SetUnauthorized makes every request fail with 401, as if the token had
+// been revoked, until it is called with false.
+func (s *Server) SetUnauthorized(on bool) { s.unauthorized.Store(on) }
+
+// Forbid makes requests for resource ("configmaps", "secrets" or
+// "namespaces") fail with 403, as RBAC would, while discovery and the
+// other resources work. Watches already open go on.
+func (s *Server) Forbid(resource string) { s.setForbidden(resource, true) }
+
+// Permit undoes Forbid.
+func (s *Server) Permit(resource string) { s.setForbidden(resource, false) }
+
+func (s *Server) setForbidden(resource string, on bool) {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	s.forbidden[resource] = on
+}
+
+// Hang(true) makes requests that arrive from now on block, like an API
+// server that accepts connections and never answers, until Hang(false),
+// Close or the client gives up.
+func (s *Server) Hang(on bool) {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	if on && s.hang == nil {
+		s.hang = make(chan struct{})
+	} else if !on && s.hang != nil {
+		close(s.hang)
+		s.hang = nil
+	}
+}
+
+// RequestCount is the number of requests received so far, including those
+// that failed or still hang.
+func (s *Server) RequestCount() int64 { return s.requests.Load() }
+
+// OpenWatches is the number of watches being served. Clients that stopped
+// cleanly leave none.
+func (s *Server) OpenWatches() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.watchers)
+}
+
+// serve is the entry point of every request: faults, authentication, then
+// discovery or a resource.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	s.requests.Add(1)
+	if !s.delay(r) {
+		writeError(w, apierrors.NewServiceUnavailable("shutting down"))
+		return
+	}
+	if s.unauthorized.Load() || r.Header.Get("Authorization") != "Bearer "+s.token {
+		writeError(w, apierrors.NewUnauthorized("Unauthorized"))
+		return
+	}
+	path := strings.Trim(r.URL.Path, "/")
+	switch path {
+	case "version":
+		writeRaw(w, http.StatusOK, mustJSON(version.Info{Major: "1", Minor: "37", GitVersion: "v1.37.0-fakeapi"}))
+	case "api":
+		writeRaw(w, http.StatusOK, mustJSON(metav1.APIVersions{TypeMeta: metav1.TypeMeta{Kind: "APIVersions"}, Versions: []string{"v1"}}))
+	case "api/v1":
+		l := &metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: "v1"}
+		for _, k := range kinds {
+			l.APIResources = append(l.APIResources, metav1.APIResource{
+				Name: k.resource, SingularName: strings.ToLower(k.kind), Namespaced: k.namespaced, Kind: k.kind,
+				Verbs: metav1.Verbs{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"},
+			})
+		}
+		writeRaw(w, http.StatusOK, mustJSON(l))
+	case "apis":
+		// Only the core group. client-go asks for aggregated discovery
+		// first; a plain APIGroupList makes it use /api/v1 instead, as
+		// with servers older than 1.26.
+		writeRaw(w, http.StatusOK, mustJSON(metav1.APIGroupList{
+			TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}, Groups: []metav1.APIGroup{}}))
+	default:
+		rest, ok := strings.CutPrefix(path, "api/v1/")
+		if !ok {
+			writeError(w, apierrors.NewNotFound(schema.GroupResource{}, path))
+			return
+		}
+		s.resource(w, r, strings.Split(rest, "/"))
+	}
+}
+
+// delay applies Hang and SetLatency. It reports false if the server closed
+// or the client went away meanwhile.
+func (s *Server) delay(r *http.Request) bool {
+	s.faultMu.Lock()
+	hang := s.hang
+	s.faultMu.Unlock()
+	if hang != nil && !waitFor(r, s.done, hang) {
+		return false
+	}
+	if d := time.Duration(s.latency.Load()); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		return waitFor(r, s.done, t.C)
+	}
+	return true
+}
+
+func waitFor[T any](r *http.Request, closed <-chan struct{}, c <-chan T) bool {
+	select {
+	case <-c:
+		return true
+	case <-r.Context().Done():
+	case <-closed:
+	}
+	return false
+}
+
+func (s *Server) isForbidden(resource string) bool {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	return s.forbidden[resource]
+}
+
+// writeRaw answers JSON whatever the Accept header asked for (protobuf,
+// CBOR): clients decode by the Content-Type of the answer.
+func writeRaw(w http.ResponseWriter, code int, b []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
+}
+
+// writeError answers err as the metav1.Status a real server sends, which
+// client-go turns back into an error that apierrors.IsNotFound and the
+// like recognize.
+func writeError(w http.ResponseWriter, err error) {
+	st := apiStatus(err)
+	writeRaw(w, int(st.Code), mustJSON(st))
+}
+
+func apiStatus(err error) *metav1.Status {
+	var se apierrors.APIStatus
+	if !errors.As(err, &se) {
+		se = apierrors.NewInternalError(err)
+	}
+	st := se.Status()
+	st.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+	return &st
+}
+
+func badRequest(format string, a ...any) error {
+	return apierrors.NewBadRequest(fmt.Sprintf(format, a...))
+}
