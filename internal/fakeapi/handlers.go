@@ -105,26 +105,15 @@ func (s *Server) resource(w http.ResponseWriter, r *http.Request, parts []string
 	writeRaw(w, code, body)
 }
 
+// verbOf names a request the way RBAC does.
 func verbOf(method string, named, watching bool) string {
-	switch {
-	case method == http.MethodGet && named:
-		return "get"
-	case method == http.MethodGet && watching:
-		return "watch"
-	case method == http.MethodGet:
-		return "list"
-	case method == http.MethodPost && !named:
-		return "create"
-	case method == http.MethodPut && named:
-		return "update"
-	case method == http.MethodPatch && named:
-		return "patch"
-	case method == http.MethodDelete && named:
-		return "delete"
-	case method == http.MethodDelete:
-		return "deletecollection"
+	if named {
+		return map[string]string{"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}[method]
 	}
-	return ""
+	if method == http.MethodGet && watching {
+		return "watch"
+	}
+	return map[string]string{"GET": "list", "POST": "create", "DELETE": "deletecollection"}[method]
 }
 
 // success is what a real server answers to a delete of these kinds.

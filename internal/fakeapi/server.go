@@ -86,7 +86,7 @@ func (s *Server) Start() {
 	}
 }
 
-// Config returns a new rest.Config for the server: URL, CA and bearer
+// Config returns a new rest.Config for the started server: URL, CA, bearer
 // token. Client-side rate limiting is off (QPS -1), since the server is
 // there to be fast; set QPS and Burst on the copy to have it back.
 func (s *Server) Config() *rest.Config {
