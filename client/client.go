@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -31,9 +33,9 @@ type Member struct {
 // implementations must be safe for concurrent use and cheap to call, since
 // every call through the fan-out client asks it.
 type Fleet interface {
-	// Cluster returns the client of the named cluster, or an error wrapping
-	// ErrClusterNotFound or ErrClusterNotReady.
-	Cluster(name string) (crclient.Client, error)
+	// Route returns the named cluster's entry (Name, Client and Context
+	// set), or an error wrapping ErrClusterNotFound or ErrClusterNotReady.
+	Route(name string) (Member, error)
 	// Members returns every cluster of the fleet, Ready or not, sorted by
 	// name. Callers must not modify the slice.
 	Members() []Member
@@ -66,23 +68,74 @@ func New(fleet Fleet, opts Options) *Client {
 }
 
 // For returns the client of the cluster ctx names, or an error wrapping
-// ErrNoClusterInContext, ErrClusterNotFound or ErrClusterNotReady.
+// ErrNoClusterInContext, ErrClusterNotFound or ErrClusterNotReady. Calls
+// made on it directly are not ended when the cluster leaves the fleet; the
+// Client's own methods are.
 func (c *Client) For(ctx context.Context) (crclient.Client, error) {
+	m, err := c.route(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return m.Client, nil
+}
+
+func (c *Client) route(ctx context.Context) (Member, error) {
 	name, ok := known.ClusterFrom(ctx)
 	if !ok {
-		return nil, ErrNoClusterInContext
+		return Member{}, ErrNoClusterInContext
 	}
-	return c.fleet.Cluster(name)
+	return c.fleet.Route(name)
+}
+
+// read runs a read against the cluster ctx names. Reads are served from
+// the member's cache, which ends any wait of its own (a kind whose
+// informer has not synced) when the member stops; the hot path, a read
+// from a synced cache, costs no more than the member's own client. An
+// error that comes back after the cluster's route ended is reported as
+// the cluster leaving or restarting.
+func (c *Client) read(ctx context.Context, call func(context.Context, crclient.Client) error) error {
+	m, err := c.route(ctx)
+	if err != nil {
+		return err
+	}
+	err = call(ctx, m.Client)
+	if err != nil && m.Context != nil && m.Context.Err() != nil && ctx.Err() == nil {
+		return c.routeEnded(m.Name)
+	}
+	return err
+}
+
+// write runs a write against the cluster ctx names, under a context that
+// also ends when that cluster's route does (it is deleted or restarts):
+// a write to a cluster that is going away returns ErrClusterNotFound or
+// ErrClusterNotReady instead of waiting for the caller's deadline, which a
+// Reconcile's ctx does not have.
+func (c *Client) write(ctx context.Context, call func(context.Context, crclient.Client) error) error {
+	m, err := c.route(ctx)
+	if err != nil {
+		return err
+	}
+	rctx, done := routeContext(ctx, m.Context)
+	err = call(rctx, m.Client)
+	done()
+	if err != nil && m.Context != nil && m.Context.Err() != nil && ctx.Err() == nil {
+		return c.routeEnded(m.Name)
+	}
+	return err
+}
+
+// routeEnded is the error of a call whose cluster's route ended under it.
+func (c *Client) routeEnded(name string) error {
+	if _, err := c.fleet.Route(name); errors.Is(err, ErrClusterNotFound) {
+		return fmt.Errorf("cluster %q left the fleet during the call: %w", name, ErrClusterNotFound)
+	}
+	return fmt.Errorf("cluster %q restarted during the call: %w", name, ErrClusterNotReady)
 }
 
 // Get reads through the client of the cluster named in ctx: from its
 // informer cache, as a Manager's client does.
 func (c *Client) Get(ctx context.Context, key crclient.ObjectKey, obj crclient.Object, opts ...crclient.GetOption) error {
-	cl, err := c.For(ctx)
-	if err != nil {
-		return err
-	}
-	return cl.Get(ctx, key, obj, opts...)
+	return c.read(ctx, func(ctx context.Context, cl crclient.Client) error { return cl.Get(ctx, key, obj, opts...) })
 }
 
 // List lists in the cluster named in ctx, as that cluster's client would
@@ -93,17 +146,13 @@ func (c *Client) Get(ctx context.Context, key crclient.ObjectKey, obj crclient.O
 // among opts. Limit and Continue are refused then (ErrFleetPagination). See
 // the package documentation.
 func (c *Client) List(ctx context.Context, list crclient.ObjectList, opts ...crclient.ListOption) error {
-	if name, ok := known.ClusterFrom(ctx); ok {
+	if _, ok := known.ClusterFrom(ctx); ok {
 		for _, o := range opts {
 			if p, ok := o.(*Partial); ok {
 				p.Failed = nil
 			}
 		}
-		cl, err := c.fleet.Cluster(name)
-		if err != nil {
-			return err
-		}
-		return cl.List(ctx, list, opts...)
+		return c.read(ctx, func(ctx context.Context, cl crclient.Client) error { return cl.List(ctx, list, opts...) })
 	}
 	return c.listFleet(ctx, list, opts)
 }
@@ -112,64 +161,46 @@ func (c *Client) List(ctx context.Context, list crclient.ObjectList, opts ...crc
 // known.ClusterAnnotation, which a fleet-wide List sets, is removed from obj
 // first.
 func (c *Client) Create(ctx context.Context, obj crclient.Object, opts ...crclient.CreateOption) error {
-	cl, err := c.For(ctx)
-	if err != nil {
-		return err
-	}
-	stripClusterAnnotation(obj)
-	return cl.Create(ctx, obj, opts...)
+	return c.write(ctx, func(ctx context.Context, cl crclient.Client) error {
+		stripClusterAnnotation(obj)
+		return cl.Create(ctx, obj, opts...)
+	})
 }
 
 // Delete deletes obj from the cluster named in ctx.
 func (c *Client) Delete(ctx context.Context, obj crclient.Object, opts ...crclient.DeleteOption) error {
-	cl, err := c.For(ctx)
-	if err != nil {
-		return err
-	}
-	return cl.Delete(ctx, obj, opts...)
+	return c.write(ctx, func(ctx context.Context, cl crclient.Client) error { return cl.Delete(ctx, obj, opts...) })
 }
 
 // Update updates obj in the cluster named in ctx.
 // known.ClusterAnnotation, which a fleet-wide List sets, is removed from obj
 // first.
 func (c *Client) Update(ctx context.Context, obj crclient.Object, opts ...crclient.UpdateOption) error {
-	cl, err := c.For(ctx)
-	if err != nil {
-		return err
-	}
-	stripClusterAnnotation(obj)
-	return cl.Update(ctx, obj, opts...)
+	return c.write(ctx, func(ctx context.Context, cl crclient.Client) error {
+		stripClusterAnnotation(obj)
+		return cl.Update(ctx, obj, opts...)
+	})
 }
 
 // Patch patches obj in the cluster named in ctx.
 // known.ClusterAnnotation, which a fleet-wide List sets, is removed from obj
 // first.
 func (c *Client) Patch(ctx context.Context, obj crclient.Object, patch crclient.Patch, opts ...crclient.PatchOption) error {
-	cl, err := c.For(ctx)
-	if err != nil {
-		return err
-	}
-	stripClusterAnnotation(obj)
-	return cl.Patch(ctx, obj, patch, opts...)
+	return c.write(ctx, func(ctx context.Context, cl crclient.Client) error {
+		stripClusterAnnotation(obj)
+		return cl.Patch(ctx, obj, patch, opts...)
+	})
 }
 
 // Apply server-side applies obj in the cluster named in ctx.
 func (c *Client) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...crclient.ApplyOption) error {
-	cl, err := c.For(ctx)
-	if err != nil {
-		return err
-	}
-	return cl.Apply(ctx, obj, opts...)
+	return c.write(ctx, func(ctx context.Context, cl crclient.Client) error { return cl.Apply(ctx, obj, opts...) })
 }
 
 // DeleteAllOf deletes every matching object of obj's kind in the cluster
 // named in ctx. It never spans the fleet.
 func (c *Client) DeleteAllOf(ctx context.Context, obj crclient.Object, opts ...crclient.DeleteAllOfOption) error {
-	cl, err := c.For(ctx)
-	if err != nil {
-		return err
-	}
-	return cl.DeleteAllOf(ctx, obj, opts...)
+	return c.write(ctx, func(ctx context.Context, cl crclient.Client) error { return cl.DeleteAllOf(ctx, obj, opts...) })
 }
 
 // Status returns a writer for the status subresource; each call goes to the
@@ -206,54 +237,35 @@ type subResourceClient struct {
 	name string
 }
 
-func (s *subResourceClient) pick(ctx context.Context) (crclient.SubResourceClient, error) {
-	cl, err := s.c.For(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return cl.SubResource(s.name), nil
+func (s *subResourceClient) do(ctx context.Context, call func(context.Context, crclient.SubResourceClient) error) error {
+	// Subresources are read and written on the API server itself.
+	return s.c.write(ctx, func(ctx context.Context, cl crclient.Client) error { return call(ctx, cl.SubResource(s.name)) })
 }
 
 func (s *subResourceClient) Get(ctx context.Context, obj, subResource crclient.Object, opts ...crclient.SubResourceGetOption) error {
-	cl, err := s.pick(ctx)
-	if err != nil {
-		return err
-	}
-	return cl.Get(ctx, obj, subResource, opts...)
+	return s.do(ctx, func(ctx context.Context, cl crclient.SubResourceClient) error { return cl.Get(ctx, obj, subResource, opts...) })
 }
 
 func (s *subResourceClient) Create(ctx context.Context, obj, subResource crclient.Object, opts ...crclient.SubResourceCreateOption) error {
-	cl, err := s.pick(ctx)
-	if err != nil {
-		return err
-	}
-	return cl.Create(ctx, obj, subResource, opts...)
+	return s.do(ctx, func(ctx context.Context, cl crclient.SubResourceClient) error { return cl.Create(ctx, obj, subResource, opts...) })
 }
 
 func (s *subResourceClient) Update(ctx context.Context, obj crclient.Object, opts ...crclient.SubResourceUpdateOption) error {
-	cl, err := s.pick(ctx)
-	if err != nil {
-		return err
-	}
-	stripClusterAnnotation(obj)
-	return cl.Update(ctx, obj, opts...)
+	return s.do(ctx, func(ctx context.Context, cl crclient.SubResourceClient) error {
+		stripClusterAnnotation(obj)
+		return cl.Update(ctx, obj, opts...)
+	})
 }
 
 func (s *subResourceClient) Patch(ctx context.Context, obj crclient.Object, patch crclient.Patch, opts ...crclient.SubResourcePatchOption) error {
-	cl, err := s.pick(ctx)
-	if err != nil {
-		return err
-	}
-	stripClusterAnnotation(obj)
-	return cl.Patch(ctx, obj, patch, opts...)
+	return s.do(ctx, func(ctx context.Context, cl crclient.SubResourceClient) error {
+		stripClusterAnnotation(obj)
+		return cl.Patch(ctx, obj, patch, opts...)
+	})
 }
 
 func (s *subResourceClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...crclient.SubResourceApplyOption) error {
-	cl, err := s.pick(ctx)
-	if err != nil {
-		return err
-	}
-	return cl.Apply(ctx, obj, opts...)
+	return s.do(ctx, func(ctx context.Context, cl crclient.SubResourceClient) error { return cl.Apply(ctx, obj, opts...) })
 }
 
 // stripClusterAnnotation removes the annotation a fleet-wide List put on a

@@ -77,12 +77,12 @@ func Example() {
 // multi-cluster code; a Server is the Fleet of real use.
 type clusters map[string]crclient.Client
 
-func (f clusters) Cluster(name string) (crclient.Client, error) {
+func (f clusters) Route(name string) (mcclient.Member, error) {
 	c, ok := f[name]
 	if !ok {
-		return nil, mcclient.NotFound(name)
+		return mcclient.Member{}, mcclient.NotFound(name)
 	}
-	return c, nil
+	return mcclient.Member{Name: name, Client: c}, nil
 }
 
 func (f clusters) Members() []mcclient.Member {

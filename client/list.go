@@ -42,7 +42,7 @@ func (*Partial) ApplyToList(*crclient.ListOptions) {}
 var (
 	// errRouteEnded is the cause given to a cluster's List when the
 	// cluster leaves the fleet (or restarts) while the List waits for it.
-	errRouteEnded = errors.New("cluster left the fleet or restarted during the List")
+	errRouteEnded = errors.New("cluster left the fleet or restarted during the call")
 	// errLeftFleet marks a cluster deleted during the List: not a failure.
 	errLeftFleet = errors.New("cluster left the fleet")
 )
@@ -202,7 +202,7 @@ func (c *Client) listFleet(ctx context.Context, list crclient.ObjectList, opts [
 }
 
 // routeContext returns a context that ends with ctx or when the cluster's
-// route does, so that a List waiting on a cluster being deleted (a cache
+// route does, so that a call waiting on a cluster being deleted (a cache
 // that will never sync) returns instead of waiting for the caller's
 // deadline.
 func routeContext(ctx, route context.Context) (context.Context, func()) {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -39,9 +40,38 @@ func registerMetrics() {
 	})
 }
 
-func forgetMetrics(cluster string) {
-	clusterReady.DeleteLabelValues(cluster)
-	clusterTimeToReady.DeleteLabelValues(cluster)
-	clusterFailures.DeleteLabelValues(cluster)
-	clusterRestarts.DeleteLabelValues(cluster)
+// clusterSeries is one cluster's metric series. Its owner (the cluster
+// record) calls it under its lock, and forget only once no generation can
+// report any more, so a deleted cluster's series never come back.
+type clusterSeries struct{ name string }
+
+// init makes every series exist from the start, at zero: a counter that
+// appears only after its first increment defeats rate() and alerting on
+// absence.
+func (s clusterSeries) init() {
+	clusterReady.WithLabelValues(s.name)
+	clusterFailures.WithLabelValues(s.name)
+	clusterRestarts.WithLabelValues(s.name)
+}
+
+func (s clusterSeries) ready(ready bool) {
+	v := 0.0
+	if ready {
+		v = 1
+	}
+	clusterReady.WithLabelValues(s.name).Set(v)
+}
+
+func (s clusterSeries) timeToReady(d time.Duration) {
+	clusterTimeToReady.WithLabelValues(s.name).Set(d.Seconds())
+}
+
+func (s clusterSeries) failure() { clusterFailures.WithLabelValues(s.name).Inc() }
+func (s clusterSeries) restart() { clusterRestarts.WithLabelValues(s.name).Inc() }
+
+func (s clusterSeries) forget() {
+	clusterReady.DeleteLabelValues(s.name)
+	clusterTimeToReady.DeleteLabelValues(s.name)
+	clusterFailures.DeleteLabelValues(s.name)
+	clusterRestarts.DeleteLabelValues(s.name)
 }

@@ -8,6 +8,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/mccr-dev/mccr/internal/member"
 )
 
 // Options tunes how the Server runs its member clusters. Everything the host
@@ -33,8 +35,11 @@ type Options struct {
 	OutageProbeInterval time.Duration
 
 	// StopTimeout bounds how long Delete and Update wait for a member's
-	// Manager to stop. Default: the Manager's GracefulShutdownTimeout plus
-	// 5s.
+	// Manager to stop. Default: the members' graceful shutdown timeout
+	// (ctrl.Options.GracefulShutdownTimeout, with controller-runtime's
+	// meaning: nil is 30s, zero does not wait, negative waits as long as it
+	// takes) plus 5s; when that is negative, Delete and Update wait as long
+	// as the Manager takes.
 	StopTimeout time.Duration
 }
 
@@ -58,9 +63,9 @@ func (o *Options) defaults(gracefulShutdown *time.Duration) {
 		o.OutageProbeInterval = 500 * time.Millisecond
 	}
 	if o.StopTimeout <= 0 {
-		o.StopTimeout = 30*time.Second + 5*time.Second
-		if gracefulShutdown != nil && *gracefulShutdown >= 0 {
-			o.StopTimeout = *gracefulShutdown + 5*time.Second
+		o.StopTimeout = -1 // wait as long as the Manager takes
+		if d, forever := member.ShutdownTimeout(gracefulShutdown); !forever {
+			o.StopTimeout = d + 5*time.Second
 		}
 	}
 }

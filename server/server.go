@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,20 +24,24 @@ import (
 )
 
 var (
-	// ErrClusterNotFound: no cluster of that name. The same error value as
-	// the fan-out client's, so errors.Is works across both.
+	// ErrClusterNotFound is returned for a cluster name the fleet does not
+	// have. The same error value as the fan-out client's, so errors.Is
+	// works across both.
 	ErrClusterNotFound = mcclient.ErrClusterNotFound
-	// ErrClusterNotReady: the cluster exists but is not Ready.
+	// ErrClusterNotReady is returned for a cluster that exists but is not
+	// Ready.
 	ErrClusterNotReady = mcclient.ErrClusterNotReady
-	// ErrClusterExists: Add of a known name with a different config. Use
-	// Update to change a cluster's config.
+	// ErrClusterExists is returned by Add of a known name with a different
+	// config. Use Update to change a cluster's config.
 	ErrClusterExists = errors.New("cluster already exists with a different config (use Update)")
-	// ErrInvalidConfig: a NamedConfig without a name or a rest.Config.
+	// ErrInvalidConfig is returned for a NamedConfig without a name or a
+	// rest.Config.
 	ErrInvalidConfig = errors.New("invalid cluster config")
-	// ErrStopTimeout: a member's Manager did not stop within
-	// Options.StopTimeout. It goes on stopping in the background.
+	// ErrStopTimeout is returned when a member's Manager did not stop
+	// within Options.StopTimeout. It goes on stopping in the background,
+	// and no new Manager of that name starts before it has stopped.
 	ErrStopTimeout = errors.New("cluster did not stop in time")
-	// ErrAlreadyStarted: Start was called twice.
+	// ErrAlreadyStarted is returned by a second Start.
 	ErrAlreadyStarted = errors.New("server already started")
 )
 
@@ -47,41 +52,37 @@ var (
 type Server struct {
 	host        manager.Manager
 	releaseHost func()
+	env         env
+	log         logr.Logger
+	client      *mcclient.Client
 	// conns shares connections among members (and the host) that reach the
 	// same API server, and closes them when the last one stops.
-	conns      conntrack.Pool
-	memberOpts ctrl.Options
-	opts       Options
-	log        logr.Logger
-	routes     router.Table
-	client     *mcclient.Client
+	conns    conntrack.Pool
+	routes   router.Table
+	setups   setupList
+	clusters registry
 
-	mu       sync.Mutex
-	members  map[string]*member
-	prev     map[string]<-chan struct{} // done of the last stopped member of a name
-	setups   []func(ctrl.Manager) error
-	runCtx   context.Context // set while the host Manager leads
+	mu       sync.Mutex // a leaf: see the locking notes in cluster.go
+	run      *run       // set while the host Manager leads
 	started  bool
 	stopped  bool
 	watchers []configwatcher.ConfigWatcher
 	werrs    watchErrors
 	watchWG  sync.WaitGroup
-
-	wg       sync.WaitGroup // the fleet runnable
-	memberWG sync.WaitGroup // every member goroutine
+	runs     sync.WaitGroup // the fleet runnable
 }
 
 // NewServer creates a Server whose host Manager runs against cfg with the
 // given options, exactly as ctrl.NewManager(cfg, opts) would. The same
 // options (minus metrics, probes, webhooks, pprof and leader election)
 // shape every member's Manager: scheme, cache, client, controller defaults,
-// logger.
+// logger, graceful shutdown timeout.
 func NewServer(cfg *rest.Config, opts ctrl.Options, options ...Option) (*Server, error) {
 	if cfg == nil {
 		return nil, errors.New("server: host config is nil")
 	}
 	opts = hostOptions(opts)
-	s := &Server{members: map[string]*member{}, prev: map[string]<-chan struct{}{}}
+	s := &Server{}
 	lease, err := s.conns.Acquire(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
@@ -98,8 +99,8 @@ func NewServer(cfg *rest.Config, opts ctrl.Options, options ...Option) (*Server,
 	o.defaults(opts.GracefulShutdownTimeout)
 	registerMetrics()
 	s.host, s.releaseHost = host, lease.Release
-	s.memberOpts, s.opts = memberOptions(opts), o
 	s.log = opts.Logger.WithName("mccr")
+	s.env = env{conns: &s.conns, routes: &s.routes, setups: &s.setups, memberOpts: memberOptions(opts), opts: o, log: s.log}
 	s.client = mcclient.New(&s.routes, mcclient.Options{Scheme: host.GetScheme(), RESTMapper: host.GetRESTMapper()})
 	if err := host.Add(fleetRunnable{s}); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
@@ -111,68 +112,92 @@ func NewServer(cfg *rest.Config, opts ctrl.Options, options ...Option) (*Server,
 // started in the background (at once if the Server runs and leads, else
 // when it does) and its progress shows in Status. Adding the same name with
 // the same config again is a no-op; with a different config it is
-// ErrClusterExists.
+// ErrClusterExists. A name deleted while its Manager still stops may be
+// added again at once: the new Manager starts after the old one stopped.
 func (s *Server) Add(nc *config.NamedConfig) error {
 	if err := validate(nc); err != nil {
 		return err
 	}
 	fp := nc.Fingerprint()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if old, ok := s.members[nc.Name]; ok {
-		if old.fp == fp {
-			return nil
+	for {
+		c := s.clusters.getOrCreate(nc.Name, func() *cluster { return newCluster(nc.Name, &s.env, &s.clusters) })
+		err := c.add(nc, fp)
+		if errors.Is(err, errDead) {
+			continue
 		}
-		return fmt.Errorf("cluster %q: %w", nc.Name, ErrClusterExists)
+		if err != nil {
+			return err
+		}
+		if r := s.currentRun(); r != nil {
+			c.start(r)
+		}
+		s.log.V(1).Info("cluster added", "cluster", nc.Name, "source", nc.Source.String())
+		return nil
 	}
-	s.addLocked(nc, fp)
-	s.log.Info("cluster added", "cluster", nc.Name, "source", nc.Source.String())
-	return nil
 }
 
 // Update replaces a member's config. The same config again is a no-op; a
 // changed one stops that member's Manager and starts a new one with the new
 // config, leaving every other member alone. Update returns once the old
-// Manager has stopped (at most Options.StopTimeout).
+// Manager has stopped (or with ErrStopTimeout after Options.StopTimeout;
+// the new Manager starts only once the old one has stopped, whenever that
+// is).
 func (s *Server) Update(nc *config.NamedConfig) error {
 	if err := validate(nc); err != nil {
 		return err
 	}
+	stopped, err := s.update(nc)
+	if err != nil {
+		return err
+	}
+	return s.waitStopped(nc.Name, stopped)
+}
+
+func (s *Server) update(nc *config.NamedConfig) (<-chan struct{}, error) {
 	fp := nc.Fingerprint()
-	s.mu.Lock()
-	old, ok := s.members[nc.Name]
-	if !ok {
-		s.mu.Unlock()
-		return fmt.Errorf("cluster %q: %w", nc.Name, ErrClusterNotFound)
+	for {
+		c := s.clusters.get(nc.Name)
+		if c == nil {
+			return nil, fmt.Errorf("cluster %q: %w", nc.Name, ErrClusterNotFound)
+		}
+		stopped, err := c.update(nc, fp)
+		if errors.Is(err, errDead) {
+			continue
+		}
+		if err == nil {
+			s.log.Info("cluster updated; restarting it", "cluster", nc.Name, "source", nc.Source.String())
+		}
+		return stopped, err
 	}
-	if old.fp == fp {
-		s.mu.Unlock()
-		return nil
-	}
-	s.retireLocked(old)
-	s.addLocked(nc, fp)
-	s.mu.Unlock()
-	s.log.Info("cluster updated; restarting it", "cluster", nc.Name, "source", nc.Source.String())
-	return s.waitStopped(old)
 }
 
 // Delete stops a member cluster and forgets it. It needs only the name and
-// returns once the member's Manager has stopped (at most
-// Options.StopTimeout). An unknown name is ErrClusterNotFound.
+// returns once the member's Manager has stopped (or with ErrStopTimeout
+// after Options.StopTimeout; the cluster is gone from the fleet either
+// way). An unknown name is ErrClusterNotFound.
 func (s *Server) Delete(name string) error {
-	s.mu.Lock()
-	m, ok := s.members[name]
-	if !ok {
-		s.mu.Unlock()
-		return fmt.Errorf("cluster %q: %w", name, ErrClusterNotFound)
+	stopped, err := s.remove(name)
+	if err != nil {
+		return err
 	}
-	delete(s.members, name)
-	s.routes.Remove(name)
-	s.retireLocked(m)
-	s.mu.Unlock()
-	forgetMetrics(name)
-	s.log.Info("cluster deleted", "cluster", name)
-	return s.waitStopped(m)
+	return s.waitStopped(name, stopped)
+}
+
+func (s *Server) remove(name string) (<-chan struct{}, error) {
+	for {
+		c := s.clusters.get(name)
+		if c == nil {
+			return nil, fmt.Errorf("cluster %q: %w", name, ErrClusterNotFound)
+		}
+		stopped, err := c.remove()
+		if errors.Is(err, errDead) {
+			continue
+		}
+		if err == nil {
+			s.log.Info("cluster deleted", "cluster", name)
+		}
+		return stopped, err
+	}
 }
 
 func validate(nc *config.NamedConfig) error {
@@ -187,78 +212,41 @@ func validate(nc *config.NamedConfig) error {
 	return nil
 }
 
-func (s *Server) addLocked(nc *config.NamedConfig, fp string) {
-	m := newMember(s, nc, fp, s.prev[nc.Name])
-	delete(s.prev, nc.Name)
-	s.members[nc.Name] = m
-	s.routes.Set(nc.Name, nil, false)
-	if s.runCtx != nil && s.runCtx.Err() == nil {
-		m.start(s.runCtx)
+func (s *Server) waitStopped(name string, stopped <-chan struct{}) error {
+	if stopped == nil {
+		return nil
 	}
-}
-
-func (s *Server) retireLocked(m *member) {
-	m.stop()
-	s.prev[m.name] = m.done
-}
-
-func (s *Server) waitStopped(m *member) error {
-	t := time.NewTimer(s.opts.StopTimeout)
+	if s.env.opts.StopTimeout < 0 {
+		<-stopped
+		return nil
+	}
+	t := time.NewTimer(s.env.opts.StopTimeout)
 	defer t.Stop()
 	select {
-	case <-m.done:
+	case <-stopped:
 		return nil
 	case <-t.C:
-		return fmt.Errorf("cluster %q: %w after %s", m.name, ErrStopTimeout, s.opts.StopTimeout)
+		return fmt.Errorf("cluster %q: %w after %s", name, ErrStopTimeout, s.env.opts.StopTimeout)
 	}
 }
 
-// setRoute points the fan-out client at c for m's cluster (ready: for
-// fleet-wide Lists too), as long as m is still the member of that name.
-func (s *Server) setRoute(m *member, c crclient.Client, ready bool) {
+func (s *Server) currentRun() *run {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.members[m.name] == m {
-		s.routes.Set(m.name, c, ready)
-	}
-}
-
-// setUnreachable marks (err != nil) or clears m's cluster as unreachable for
-// fleet-wide Lists, as long as m is still the member of that name.
-func (s *Server) setUnreachable(m *member, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.members[m.name] == m {
-		s.routes.SetUnreachable(m.name, err)
-	}
+	return s.run
 }
 
 // AddReconcilerSetup registers a function, typically a reconciler's
 // SetupWithManager, that runs against every member's Manager: the members
 // already added, those added later, and each new Manager a member gets after
 // an Update or a retry. A setup that fails fails that member (it is
-// retried), not the Server.
+// retried), not the Server. Setups run in the member's own goroutine, never
+// under a lock of the Server.
 func (s *Server) AddReconcilerSetup(setup func(ctrl.Manager) error) {
-	s.mu.Lock()
-	s.setups = append(s.setups, setup)
-	members := make([]*member, 0, len(s.members))
-	for _, m := range s.members {
-		members = append(members, m)
+	s.setups.add(setup)
+	for _, c := range s.clusters.all() {
+		c.kick()
 	}
-	s.mu.Unlock()
-	for _, m := range members {
-		m.applyNewSetups()
-	}
-}
-
-// setup returns the i-th registered setup.
-func (s *Server) setup(i int) (func(ctrl.Manager) error, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if i >= len(s.setups) {
-		return nil, false
-	}
-	return s.setups[i], true
 }
 
 // Start runs the host Manager and, while it leads, every member. It blocks
@@ -274,8 +262,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.mu.Unlock()
 	err := s.host.Start(ctx)
 	s.stopWatchers()
-	s.wg.Wait()
-	s.memberWG.Wait()
+	s.runs.Wait()
 	s.releaseHost()
 	return err
 }
@@ -286,28 +273,29 @@ type fleetRunnable struct{ s *Server }
 
 func (fleetRunnable) NeedLeaderElection() bool { return true }
 
-func (r fleetRunnable) Start(ctx context.Context) error {
-	s := r.s
-	s.wg.Add(1)
-	defer s.wg.Done()
+func (f fleetRunnable) Start(ctx context.Context) error {
+	s := f.s
+	s.runs.Add(1)
+	defer s.runs.Done()
+	r := &run{ctx: ctx}
 	s.mu.Lock()
-	s.runCtx = ctx
-	for _, m := range s.members {
-		if !m.started {
-			m.start(ctx)
-		}
-	}
+	s.run = r
 	s.mu.Unlock()
 	s.log.Info("starting members")
+	for _, c := range s.clusters.all() {
+		c.start(r)
+	}
 	<-ctx.Done()
-	s.mu.Lock()
-	s.runCtx = nil
-	s.mu.Unlock()
 	s.log.Info("stopping members")
 	// Return (and so let the host Manager release its lease) only once every
 	// member has stopped, so that a new leader never runs a member while this
 	// one still does.
-	s.memberWG.Wait()
+	r.close()
+	s.mu.Lock()
+	if s.run == r {
+		s.run = nil
+	}
+	s.mu.Unlock()
 	return nil
 }
 
@@ -333,13 +321,11 @@ func (s *Server) GetHostClient() crclient.Client { return s.host.GetClient() }
 // GetManager returns the running Manager of a Ready member, or an error
 // wrapping ErrClusterNotFound or ErrClusterNotReady.
 func (s *Server) GetManager(name string) (manager.Manager, error) {
-	s.mu.Lock()
-	m, ok := s.members[name]
-	s.mu.Unlock()
-	if !ok {
+	c := s.clusters.get(name)
+	if c == nil || !c.known() {
 		return nil, fmt.Errorf("cluster %q: %w", name, ErrClusterNotFound)
 	}
-	if mgr := m.manager(); mgr != nil {
+	if mgr := c.manager(); mgr != nil {
 		return mgr, nil
 	}
 	return nil, fmt.Errorf("cluster %q: %w", name, ErrClusterNotReady)
@@ -360,35 +346,23 @@ func (s *Server) ClusterNames() []string { return s.routes.Names() }
 
 // Status returns one member's status, or ErrClusterNotFound.
 func (s *Server) Status(name string) (ClusterStatus, error) {
-	s.mu.Lock()
-	m, ok := s.members[name]
-	s.mu.Unlock()
-	if !ok {
-		return ClusterStatus{}, fmt.Errorf("cluster %q: %w", name, ErrClusterNotFound)
+	if c := s.clusters.get(name); c != nil {
+		if st, ok := c.snapshot(); ok {
+			return st, nil
+		}
 	}
-	return m.snapshot(), nil
+	return ClusterStatus{}, fmt.Errorf("cluster %q: %w", name, ErrClusterNotFound)
 }
 
 // Statuses returns every member's status, sorted by name.
 func (s *Server) Statuses() []ClusterStatus {
-	s.mu.Lock()
-	members := make([]*member, 0, len(s.members))
-	for _, m := range s.members {
-		members = append(members, m)
-	}
-	s.mu.Unlock()
-	out := make([]ClusterStatus, 0, len(members))
-	for _, m := range members {
-		out = append(out, m.snapshot())
-	}
-	slices.SortFunc(out, func(a, b ClusterStatus) int {
-		if a.Name < b.Name {
-			return -1
+	all := s.clusters.all()
+	out := make([]ClusterStatus, 0, len(all))
+	for _, c := range all {
+		if st, ok := c.snapshot(); ok {
+			out = append(out, st)
 		}
-		if a.Name > b.Name {
-			return 1
-		}
-		return 0
-	})
+	}
+	slices.SortFunc(out, func(a, b ClusterStatus) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }

@@ -14,7 +14,10 @@ import (
 // and can be called before or after Start, for as many watchers as needed.
 //
 // The Server owns the watcher from then on: it stops it when Start returns.
-// Events are applied in order, one at a time per watcher. An Added event for
+// Events are applied in order, and never wait for a Manager to stop: a
+// cluster whose Manager takes its time to drain delays no other cluster's
+// events, and the next Manager of a name starts once the previous one has
+// stopped, as with Update and Delete. An Added event for
 // a known name with a different config is applied as an Update, an Updated
 // event for an unknown name as an Add, and a Deleted event for an unknown
 // name is ignored, so a watcher and the Server never drift apart. Errors from
@@ -65,17 +68,20 @@ func (s *Server) apply(ev configwatcher.Event) error {
 	case configwatcher.Added:
 		err := s.Add(ev.Config)
 		if errors.Is(err, ErrClusterExists) {
-			return s.Update(ev.Config)
+			_, err = s.update(ev.Config)
 		}
 		return err
 	case configwatcher.Updated:
-		err := s.Update(ev.Config)
+		if err := validate(ev.Config); err != nil {
+			return err
+		}
+		_, err := s.update(ev.Config)
 		if errors.Is(err, ErrClusterNotFound) {
 			return s.Add(ev.Config)
 		}
 		return err
 	case configwatcher.Deleted:
-		err := s.Delete(ev.Config.Name)
+		_, err := s.remove(ev.Config.Name)
 		if errors.Is(err, ErrClusterNotFound) {
 			return nil
 		}

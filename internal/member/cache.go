@@ -1,10 +1,14 @@
-package server
+package member
 
 import (
 	"context"
+	"errors"
+	"reflect"
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -13,7 +17,8 @@ import (
 )
 
 // syncNotifyingCache makes a member's start wait for its caches by
-// notification instead of by polling.
+// notification instead of by polling, and makes reads issued before the
+// cache has started wait for it instead of failing.
 //
 // client-go's WaitForCacheSync looks at HasSynced every 100ms, and a
 // controller's source waits twice in a row (informer synced, then its
@@ -24,22 +29,124 @@ import (
 // they pass on their first, immediate look.
 type syncNotifyingCache struct {
 	cache.Cache
+	// lifetime ends when the member stops or restarts: reads waiting for
+	// an informer to sync return then, whatever the caller's ctx.
+	lifetime context.Context
+	// synced holds the object and list types whose informer has synced:
+	// reads of those cannot wait, and take the direct path.
+	synced sync.Map
 
 	mu       sync.Mutex
 	checkers []toolscache.DoneChecker
 }
 
-func newSyncNotifyingCache(next cache.NewCacheFunc) cache.NewCacheFunc {
+func newSyncNotifyingCache(next cache.NewCacheFunc, lifetime context.Context) cache.NewCacheFunc {
 	if next == nil {
 		next = cache.New
+	}
+	if lifetime == nil {
+		lifetime = context.Background()
 	}
 	return func(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
 		c, err := next(cfg, opts)
 		if err != nil {
 			return nil, err
 		}
-		return &syncNotifyingCache{Cache: c}, nil
+		return &syncNotifyingCache{Cache: c, lifetime: lifetime}, nil
 	}
+}
+
+// Get reads from the cache. A read of a kind whose informer has synced
+// cannot wait and goes straight through. Any other read may wait (for the
+// cache to start, or for a new informer to sync): it waits at most as long
+// as the member lives, and a Get that arrives in the short gap between a
+// member becoming routable and its cache starting waits for the start
+// instead of returning controller-runtime's ErrCacheNotStarted, which no
+// caller of a fleet expects.
+func (c *syncNotifyingCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	t := reflect.TypeOf(obj)
+	if _, ok := c.synced.Load(t); ok {
+		return c.Cache.Get(ctx, key, obj, opts...)
+	}
+	return c.waitingRead(ctx, t, func(ctx context.Context) error { return c.Cache.Get(ctx, key, obj, opts...) })
+}
+
+// List is Get's counterpart for lists.
+func (c *syncNotifyingCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	t := reflect.TypeOf(list)
+	if _, ok := c.synced.Load(t); ok {
+		return c.Cache.List(ctx, list, opts...)
+	}
+	return c.waitingRead(ctx, t, func(ctx context.Context) error { return c.Cache.List(ctx, list, opts...) })
+}
+
+// errMemberStopped ends a read that waited on a member that stopped.
+var errMemberStopped = errors.New("member cluster stopped while the read waited for its cache")
+
+func (c *syncNotifyingCache) waitingRead(ctx context.Context, t reflect.Type, read func(context.Context) error) error {
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(c.lifetime, func() { cancel(errMemberStopped) })
+	defer stop()
+	err := untilStarted(rctx, func() error { return read(rctx) })
+	switch {
+	case err == nil:
+		// Typed objects only: one unstructured or metadata-only type
+		// stands for every kind.
+		if t != unstructuredType && t != unstructuredListType && t != metadataType && t != metadataListType {
+			c.synced.Store(t, struct{}{})
+		}
+	case ctx.Err() == nil && c.lifetime.Err() != nil:
+		return errMemberStopped
+	}
+	return err
+}
+
+var (
+	unstructuredType     = reflect.TypeOf(&unstructured.Unstructured{})
+	unstructuredListType = reflect.TypeOf(&unstructured.UnstructuredList{})
+	metadataType         = reflect.TypeOf(&metav1.PartialObjectMetadata{})
+	metadataListType     = reflect.TypeOf(&metav1.PartialObjectMetadataList{})
+)
+
+// RemoveInformer forgets that obj's kind had synced: a later read makes a
+// new informer and may wait for it.
+func (c *syncNotifyingCache) RemoveInformer(ctx context.Context, obj client.Object) error {
+	c.synced.Clear()
+	return c.Cache.RemoveInformer(ctx, obj)
+}
+
+// startGapPoll is how often a read that found the cache not started tries
+// again. The gap lasts from a member becoming routable to its cache's
+// Start, a few milliseconds; the cache offers no signal for its end alone
+// (WaitForCacheSync also waits for every informer to sync).
+const startGapPoll = 5 * time.Millisecond
+
+func untilStarted(ctx context.Context, read func() error) error {
+	err := read()
+	if !notStarted(err) {
+		return err
+	}
+	t := time.NewTicker(startGapPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-t.C:
+		}
+		if err = read(); !notStarted(err) {
+			return err
+		}
+	}
+}
+
+func notStarted(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ns *cache.ErrCacheNotStarted
+	return errors.As(err, &ns)
 }
 
 func (c *syncNotifyingCache) track(d toolscache.DoneChecker) {

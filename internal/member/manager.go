@@ -1,14 +1,3 @@
-// Package member provides the ctrl.Manager a member cluster runs.
-//
-// controller-runtime's Manager is built to be the one Manager of a process:
-// it runs eight runnable groups, leader election, metrics, health probes,
-// pprof and a webhook server, and polls its caches while starting. A member
-// of a fleet needs none of that (the host Manager does it once), and a
-// fleet of a hundred members pays for every goroutine and every millisecond
-// a hundred times. This Manager is a controller-runtime Cluster (cache,
-// clients, event recorders) plus the runnables that reconciler setups add,
-// each started in one goroutine, and nothing else. It implements
-// manager.Manager, so setups written for controller-runtime run unchanged.
 package member
 
 import (
@@ -20,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -29,16 +20,25 @@ import (
 )
 
 var (
-	// ErrStarted: Start was called twice.
+	// ErrStarted is returned by a second Start.
 	ErrStarted = errors.New("member manager already started")
-	// ErrStopped: Add after the Manager stopped.
+	// ErrStopped is returned by Add after the Manager stopped.
 	ErrStopped = errors.New("member manager stopped")
-	// ErrShutdownTimeout: runnables did not return within the graceful
-	// shutdown timeout. They go on stopping in the background.
+	// ErrShutdownTimeout is returned by Start when runnables did not return
+	// within the graceful shutdown timeout. They go on stopping in the
+	// background.
 	ErrShutdownTimeout = errors.New("member manager: runnables did not stop in time")
+	// ErrHostOnly is returned by calls that only the host Manager serves:
+	// health and ready checks and metrics handlers. Register those on the
+	// Server's host Manager.
+	ErrHostOnly = errors.New("served by the host Manager only; register it on the Server's host Manager")
 )
 
-// Options configures a Manager.
+// DefaultGracefulShutdownTimeout is controller-runtime's default, used when
+// Options.GracefulShutdownTimeout is nil.
+const DefaultGracefulShutdownTimeout = 30 * time.Second
+
+// Options configures a Manager. Defaults are filled in by New, in one place.
 type Options struct {
 	// Logger is returned by GetLogger; controllers derive theirs from it.
 	Logger logr.Logger
@@ -48,14 +48,56 @@ type Options struct {
 	// Defaults to context.Background.
 	BaseContext func() context.Context
 	// GracefulShutdownTimeout bounds how long Start waits for runnables to
-	// return after its context ends. Defaults to 30s.
-	GracefulShutdownTimeout time.Duration
+	// return after its context ends, with controller-runtime's meaning:
+	// nil is the default (30s), zero does not wait, negative waits for as
+	// long as it takes.
+	GracefulShutdownTimeout *time.Duration
+}
+
+// ShutdownTimeout resolves a GracefulShutdownTimeout option: how long to
+// wait, and whether to wait without bound.
+func ShutdownTimeout(d *time.Duration) (timeout time.Duration, forever bool) {
+	switch {
+	case d == nil:
+		return DefaultGracefulShutdownTimeout, false
+	case *d < 0:
+		return 0, true
+	}
+	return *d, false
 }
 
 // warmupRunnable is what controllers with EnableWarmup implement: Warmup
 // starts their sources and returns once those have synced.
 type warmupRunnable interface {
 	Warmup(context.Context) error
+}
+
+// hasCache is a runnable with a cache of its own (a cluster.Cluster added
+// to the Manager); it starts with the caches, as in controller-runtime.
+type hasCache interface {
+	GetCache() cache.Cache
+}
+
+// group orders runnables as controller-runtime's Manager starts them.
+type group int
+
+const (
+	groupCaches group = iota // runnables with a cache of their own
+	groupOthers              // NeedLeaderElection() == false
+	groupMain                // controllers and every other runnable
+	groups
+)
+
+func groupOf(r manager.Runnable) group {
+	switch r := r.(type) {
+	case hasCache:
+		return groupCaches
+	case manager.LeaderElectionRunnable:
+		if !r.NeedLeaderElection() {
+			return groupOthers
+		}
+	}
+	return groupMain
 }
 
 // Manager runs a Cluster and the runnables added to it. See the package
@@ -65,15 +107,17 @@ type Manager struct {
 	opts       Options
 	converters conversion.Registry
 	elected    chan struct{}
+	warned     sync.Map // host-only calls already logged
 
 	mu      sync.Mutex
-	pending []pendingRunnable
+	pending [groups][]pendingRunnable
 	synced  []chan struct{} // closed when a controller's warm-up finished
 	state   int             // 0 new, 1 running, 2 stopped
 	ctx     context.Context // runnables' context while running
 	end     context.CancelFunc
 	errs    chan error
 	wg      sync.WaitGroup
+	stopped chan struct{} // closed once every runnable and the cache returned
 }
 
 var _ manager.Manager = &Manager{}
@@ -88,9 +132,6 @@ func New(cl cluster.Cluster, opts Options) *Manager {
 	if opts.BaseContext == nil {
 		opts.BaseContext = context.Background
 	}
-	if opts.GracefulShutdownTimeout <= 0 {
-		opts.GracefulShutdownTimeout = 30 * time.Second
-	}
 	elected := make(chan struct{})
 	close(elected)
 	return &Manager{
@@ -99,7 +140,37 @@ func New(cl cluster.Cluster, opts Options) *Manager {
 		converters: conversion.NewRegistry(),
 		elected:    elected,
 		errs:       make(chan error, 1),
+		stopped:    make(chan struct{}),
 	}
+}
+
+// BuildOptions configures Build.
+type BuildOptions struct {
+	Options
+	// Cluster adjusts the controller-runtime cluster options (scheme,
+	// cache, client, mapper) after Build has set its own defaults.
+	Cluster func(*cluster.Options)
+	// Lifetime ends when the member stops or restarts; reads waiting on
+	// its cache (an informer that has not synced) return then. Defaults to
+	// a context that never ends.
+	Lifetime context.Context
+}
+
+// Build creates the Cluster of a member from cfg and the Manager around
+// it. Its cache tells WaitForSync by notification when it has synced, and
+// holds reads made before it started until it has.
+func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
+	cl, err := cluster.New(cfg, func(co *cluster.Options) {
+		co.Logger = opts.Logger
+		if opts.Cluster != nil {
+			opts.Cluster(co)
+		}
+		co.NewCache = newSyncNotifyingCache(co.NewCache, opts.Lifetime)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating cluster: %w", err)
+	}
+	return New(cl, opts.Options), nil
 }
 
 // Add runs r: when the Manager starts, or at once if it runs already.
@@ -108,7 +179,8 @@ func (m *Manager) Add(r manager.Runnable) error {
 	defer m.mu.Unlock()
 	switch m.state {
 	case 0:
-		m.pending = append(m.pending, pendingRunnable{r, m.trackLocked(r)})
+		g := groupOf(r)
+		m.pending[g] = append(m.pending[g], pendingRunnable{r, m.trackLocked(r)})
 	case 1:
 		m.launchLocked(r, m.trackLocked(r))
 	default:
@@ -135,7 +207,9 @@ func (m *Manager) launchLocked(r manager.Runnable, synced chan struct{}) {
 		defer m.wg.Done()
 		if w, ok := r.(warmupRunnable); ok {
 			if err := w.Warmup(ctx); err != nil {
-				m.fail(fmt.Errorf("warming up %T: %w", r, err))
+				if ctx.Err() == nil {
+					m.fail(fmt.Errorf("warming up %T: %w", r, err))
+				}
 				return
 			}
 			if synced != nil {
@@ -166,6 +240,11 @@ func (m *Manager) fail(err error) {
 // fails, then stops the runnables (waiting up to the graceful shutdown
 // timeout) before the cache, and returns the first failure. The calling
 // goroutine is the one that runs the cache.
+//
+// Runnables start in controller-runtime's order: once the cache has started
+// and synced the informers that exist by then (field indexes), those with a
+// cache of their own (each waited for), then those that need no leader
+// election, then the rest, controllers among them.
 func (m *Manager) Start(ctx context.Context) error {
 	runCtx, stopRunnables := context.WithCancel(m.opts.BaseContext())
 	defer stopRunnables()
@@ -175,6 +254,19 @@ func (m *Manager) Start(ctx context.Context) error {
 	// in the goroutine AfterFunc starts for it.
 	endCtx, end := context.WithCancel(ctx)
 	defer end()
+	// Every wg.Add happens under m.mu while the state is running, and the
+	// shutdown sets it to stopped under m.mu before it waits: no Add can
+	// race the Wait.
+	m.mu.Lock()
+	if m.state != 0 {
+		m.mu.Unlock()
+		return ErrStarted
+	}
+	m.state, m.ctx, m.end = 1, runCtx, end
+	m.wg.Add(1) // startInOrder
+	m.mu.Unlock()
+
+	timeout, forever := ShutdownTimeout(m.opts.GracefulShutdownTimeout)
 	var shutdownErr error
 	shutdownDone := make(chan struct{})
 	unhook := context.AfterFunc(endCtx, func() {
@@ -183,26 +275,33 @@ func (m *Manager) Start(ctx context.Context) error {
 		m.state = 2
 		m.mu.Unlock()
 		stopRunnables()
-		if !waitTimeout(&m.wg, m.opts.GracefulShutdownTimeout) {
+		switch {
+		case forever:
+			m.wg.Wait()
+		case timeout == 0:
+			// controller-runtime's "do not wait": no error either.
+		case !waitTimeout(&m.wg, timeout):
 			shutdownErr = ErrShutdownTimeout
 		}
 		stopCache()
 	})
 	defer unhook()
 
-	m.mu.Lock()
-	if m.state != 0 {
-		m.mu.Unlock()
-		return ErrStarted
-	}
-	m.state, m.ctx, m.end = 1, runCtx, end
-	for _, p := range m.pending {
-		m.launchLocked(p.r, p.synced)
-	}
-	m.pending = nil
-	m.mu.Unlock()
-
-	cacheErr := m.Cluster.Start(cacheCtx)
+	cacheDone := make(chan error, 1)
+	go func() { cacheDone <- m.Cluster.Start(cacheCtx) }()
+	defer func() {
+		// Runnables that outlived the graceful shutdown timeout still
+		// count: the Manager has stopped only once they return.
+		go func() {
+			m.wg.Wait()
+			close(m.stopped)
+		}()
+	}()
+	go func() {
+		defer m.wg.Done()
+		m.startInOrder(runCtx)
+	}()
+	cacheErr := <-cacheDone
 	end() // the cache stopped by itself (an error) or because of the shutdown
 	<-shutdownDone
 	var err error
@@ -214,6 +313,37 @@ func (m *Manager) Start(ctx context.Context) error {
 		err = errors.Join(err, fmt.Errorf("cache: %w", cacheErr))
 	}
 	return errors.Join(err, shutdownErr)
+}
+
+// startInOrder launches the pending runnables group by group, each group
+// once the one before may run: the Manager's cache and the runnables with a
+// cache have synced. Runnables added while it works are launched at once
+// (state is running), as controller-runtime does for late additions.
+func (m *Manager) startInOrder(ctx context.Context) {
+	if !m.Cluster.GetCache().WaitForCacheSync(ctx) {
+		return
+	}
+	for g := range groups {
+		m.mu.Lock()
+		if m.state != 1 {
+			m.mu.Unlock()
+			return
+		}
+		batch := m.pending[g]
+		m.pending[g] = nil
+		for _, p := range batch {
+			m.launchLocked(p.r, p.synced)
+		}
+		m.mu.Unlock()
+		if g != groupCaches {
+			continue
+		}
+		for _, p := range batch {
+			if !p.r.(hasCache).GetCache().WaitForCacheSync(ctx) {
+				return
+			}
+		}
+	}
 }
 
 func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
@@ -228,6 +358,11 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 		return false
 	}
 }
+
+// Stopped is closed once Start has returned and every runnable has
+// returned too, including those that outlived the graceful shutdown
+// timeout.
+func (m *Manager) Stopped() <-chan struct{} { return m.stopped }
 
 // WaitForSync reports whether the cache and every controller added before
 // Start have synced before ctx ends.
@@ -252,20 +387,38 @@ func (m *Manager) WaitForSync(ctx context.Context) bool {
 // they run only while the host Manager leads.
 func (m *Manager) Elected() <-chan struct{} { return m.elected }
 
-// AddMetricsServerExtraHandler does nothing: metrics are served by the host
-// Manager.
-func (m *Manager) AddMetricsServerExtraHandler(string, http.Handler) error { return nil }
+// AddMetricsServerExtraHandler returns ErrHostOnly: metrics are served by
+// the host Manager.
+func (m *Manager) AddMetricsServerExtraHandler(path string, _ http.Handler) error {
+	return fmt.Errorf("AddMetricsServerExtraHandler(%q) on a member cluster's Manager: %w", path, ErrHostOnly)
+}
 
-// AddHealthzCheck does nothing: health probes are served by the host
+// AddHealthzCheck returns ErrHostOnly: health probes are served by the host
 // Manager, and one member's trouble shows in the Server's status instead.
-func (m *Manager) AddHealthzCheck(string, healthz.Checker) error { return nil }
+func (m *Manager) AddHealthzCheck(name string, _ healthz.Checker) error {
+	return fmt.Errorf("AddHealthzCheck(%q) on a member cluster's Manager: %w", name, ErrHostOnly)
+}
 
-// AddReadyzCheck does nothing, like AddHealthzCheck.
-func (m *Manager) AddReadyzCheck(string, healthz.Checker) error { return nil }
+// AddReadyzCheck returns ErrHostOnly, like AddHealthzCheck.
+func (m *Manager) AddReadyzCheck(name string, _ healthz.Checker) error {
+	return fmt.Errorf("AddReadyzCheck(%q) on a member cluster's Manager: %w", name, ErrHostOnly)
+}
 
 // GetWebhookServer returns a server that registers nothing: webhooks are
-// served once, by the host Manager.
-func (m *Manager) GetWebhookServer() webhook.Server { return noWebhooks{} }
+// served once, by the host Manager. The first call, and the first Register
+// on it, are logged.
+func (m *Manager) GetWebhookServer() webhook.Server {
+	m.warnOnce("GetWebhookServer")
+	return noWebhooks{m}
+}
+
+// warnOnce logs, once per Manager, that a host-only call was made on it.
+func (m *Manager) warnOnce(call string) {
+	if _, seen := m.warned.LoadOrStore(call, struct{}{}); seen {
+		return
+	}
+	m.opts.Logger.Info("call ignored on a member cluster's Manager: webhooks, health checks and metrics belong to the Server's host Manager", "call", call)
+}
 
 // GetLogger returns the member's logger (it carries the cluster name).
 func (m *Manager) GetLogger() logr.Logger { return m.opts.Logger }
@@ -276,10 +429,12 @@ func (m *Manager) GetControllerOptions() config.Controller { return m.opts.Contr
 // GetConverterRegistry returns this member's conversion registry.
 func (m *Manager) GetConverterRegistry() conversion.Registry { return m.converters }
 
-type noWebhooks struct{}
+type noWebhooks struct{ m *Manager }
 
-func (noWebhooks) NeedLeaderElection() bool        { return false }
-func (noWebhooks) Register(string, http.Handler)   {}
+func (noWebhooks) NeedLeaderElection() bool { return false }
+func (w noWebhooks) Register(path string, _ http.Handler) {
+	w.m.warnOnce("GetWebhookServer().Register")
+}
 func (noWebhooks) Start(context.Context) error     { return nil }
 func (noWebhooks) StartedChecker() healthz.Checker { return healthz.Ping }
 func (noWebhooks) WebhookMux() *http.ServeMux      { return http.NewServeMux() }

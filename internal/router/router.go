@@ -24,8 +24,8 @@ import (
 type route struct {
 	client crclient.Client // nil: no running Manager
 	// ready is false while the Manager behind client is still syncing:
-	// calls aimed at the cluster go to it (its controllers run already),
-	// but fleet-wide Lists count it as not Ready.
+	// calls aimed at the cluster go to it and wait for its caches, as do
+	// fleet-wide Lists; only ReadyClusters leaves it out.
 	ready bool
 	// ctx ends when client stops being the cluster's route (replaced,
 	// removed, or no longer Ready). Nil when client is.
@@ -58,6 +58,20 @@ func (t *Table) load() *snapshot {
 		return s
 	}
 	return empty
+}
+
+// Route returns the cluster's entry: its client and the context that ends
+// when that client stops being its route. An entry without a client (no
+// running Manager) is ErrClusterNotReady.
+func (t *Table) Route(name string) (client.Member, error) {
+	r, ok := t.load().routes[name]
+	switch {
+	case !ok:
+		return client.Member{}, client.NotFound(name)
+	case r.client == nil:
+		return client.Member{}, client.NotReady(name)
+	}
+	return client.Member{Name: name, Client: r.client, Context: r.ctx}, nil
 }
 
 // Cluster returns the client of a Ready cluster. A cluster marked
@@ -169,8 +183,10 @@ func (t *Table) update(change func(map[string]*route)) {
 	next := &snapshot{routes: m, members: make([]client.Member, 0, len(m))}
 	for n, r := range m {
 		mem := client.Member{Name: n, Client: r.client, Context: r.ctx}
+		// A cluster whose Manager still syncs is read like a cached client
+		// reads a cache that has not synced yet: the List waits for it.
 		switch {
-		case r.client == nil || !r.ready:
+		case r.client == nil:
 			mem.Err = client.NotReady(n)
 		case r.unreachable != nil:
 			mem.Err = client.Unreachable(n, r.unreachable)
@@ -179,7 +195,7 @@ func (t *Table) update(change func(map[string]*route)) {
 	}
 	slices.SortFunc(next.members, func(a, b client.Member) int { return strings.Compare(a.Name, b.Name) })
 	for _, mem := range next.members {
-		if mem.Err == nil {
+		if mem.Err == nil && m[mem.Name].ready {
 			next.ready = append(next.ready, mem)
 		}
 	}

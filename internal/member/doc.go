@@ -1,0 +1,21 @@
+// Package member builds and runs the ctrl.Manager of one member cluster.
+//
+// controller-runtime's Manager is built to be the one Manager of a process:
+// it runs eight runnable groups, leader election, metrics, health probes,
+// pprof and a webhook server, and polls its caches while starting. A member
+// of a fleet needs none of that (the host Manager does it once), and a
+// fleet of a hundred members pays for every goroutine and every millisecond
+// a hundred times. This Manager is a controller-runtime Cluster (cache,
+// clients, event recorders) plus the runnables that reconciler setups add,
+// and nothing else. It implements manager.Manager, so setups written for
+// controller-runtime run unchanged.
+//
+// It keeps controller-runtime's start order: caches first (and their
+// initial sync), then runnables that do not need leader election, then
+// controllers and every other runnable. A runnable that reads the cache in
+// its Start never sees a cache that has not started.
+//
+// Calls that only the host Manager can serve (health checks, metrics
+// handlers, webhooks) return ErrHostOnly where their signature has an error
+// and are logged once per Manager where it has none.
+package member

@@ -1,0 +1,410 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/mccr-dev/mccr/config"
+	)
+
+// Locking. Three kinds of lock exist, always taken in this order and never
+// held across anything that can wait:
+//
+//  1. cluster.mu, one per cluster name: its desired config, its live
+//     generation, its status, route and metric series.
+//  2. run.mu: whether the fleet may start generations now.
+//  3. registry.mu (the Server's lock) and the router's lock: leaves. Nothing
+//     is called while one of them is held.
+//
+// No user code (reconciler setups, IndexField, discovery, anything that may
+// touch the network) runs under any of them: generations run setups in
+// their own goroutine with no lock held, and every wait (a Manager
+// stopping, caches syncing) happens after the locks are released.
+
+// cluster owns one cluster name: the config it should run (desired), the
+// one generation allowed to run or stop at any instant, the name's route in
+// the fan-out client, its status and its metric series. A new generation
+// starts only after the previous one has stopped, so at most one Manager
+// runs for a name, whatever mix of Add, Update, Delete and leadership
+// changes arrives.
+type cluster struct {
+	name   string
+	env    *env
+	reg    *registry
+	log    logr.Logger
+	series clusterSeries
+
+	mu      sync.Mutex
+	desired *config.NamedConfig // nil once deleted
+	fp      string
+	gen     *generation // running or stopping; nil when none
+	run     *run        // the fleet's current run; nil while not leading
+	status  ClusterStatus
+	mgr     manager.Manager // the live generation's Manager while Ready
+	dead    bool // removed from the registry; every operation retries
+}
+
+func newCluster(name string, e *env, reg *registry) *cluster {
+	return &cluster{name: name, env: e, reg: reg, log: e.log.WithValues("cluster", name), series: clusterSeries{name: name}}
+}
+
+// errDead tells the Server to look the name up again: the cluster it had
+// left the registry meanwhile.
+var errDead = fmt.Errorf("cluster record retired")
+
+// add sets the config of a cluster that is not desired yet (new, or
+// deleted while its last generation still stops). The same config again is
+// a no-op; another one is ErrClusterExists.
+func (c *cluster) add(nc *config.NamedConfig, fp string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.dead:
+		return errDead
+	case c.desired != nil && c.fp == fp:
+		return nil
+	case c.desired != nil:
+		return fmt.Errorf("cluster %q: %w", c.name, ErrClusterExists)
+	}
+	c.desired, c.fp = nc, fp
+	c.series.init()
+	// Known from now on; routable once a generation runs. A generation
+	// still stopping from before a Delete has no route any more.
+	c.env.routes.Set(c.name, nil, false)
+	if c.gen == nil {
+		c.status = ClusterStatus{Name: c.name, Source: nc.Source, Phase: PhasePending, Since: time.Now()}
+	} else {
+		c.status.Source = nc.Source
+	}
+	c.ensureLocked()
+	return nil
+}
+
+// update replaces the desired config and stops the generation running the
+// old one; the returned channel closes once it has stopped (nil when
+// nothing runs). The next generation starts from ensureLocked when it has.
+func (c *cluster) update(nc *config.NamedConfig, fp string) (<-chan struct{}, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.dead:
+		return nil, errDead
+	case c.desired == nil:
+		return nil, fmt.Errorf("cluster %q: %w", c.name, ErrClusterNotFound)
+	case c.fp == fp:
+		return nil, nil
+	}
+	c.desired, c.fp = nc, fp
+	c.status.Source = nc.Source
+	if c.gen == nil {
+		c.ensureLocked()
+		return nil, nil
+	}
+	// Calls aimed at the cluster stop reaching the old Manager first, so
+	// that those waiting on it end with ErrClusterNotReady.
+	c.env.routes.Set(c.name, nil, false)
+	c.gen.stop()
+	c.setPhaseLocked(c.gen, PhaseStopping, nil)
+	return c.gen.done, nil
+}
+
+// remove forgets the desired config and stops the live generation; the
+// returned channel closes once it has stopped (nil when nothing ran).
+func (c *cluster) remove() (<-chan struct{}, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.dead:
+		return nil, errDead
+	case c.desired == nil:
+		return nil, fmt.Errorf("cluster %q: %w", c.name, ErrClusterNotFound)
+	}
+	c.desired, c.fp = nil, ""
+	if c.gen == nil {
+		c.retireLocked()
+		return nil, nil
+	}
+	// Gone from the fleet at once: calls waiting on the cluster end with
+	// ErrClusterNotFound while its Manager stops.
+	c.env.routes.Remove(c.name)
+	c.gen.stop()
+	c.setPhaseLocked(c.gen, PhaseStopping, nil)
+	return c.gen.done, nil
+}
+
+// start lets the cluster run generations under r (the host leads).
+func (c *cluster) start(r *run) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead {
+		return
+	}
+	c.run = r
+	c.ensureLocked()
+}
+
+// ensureLocked starts a generation for the desired config when none is
+// live and the fleet runs.
+func (c *cluster) ensureLocked() {
+	if c.gen != nil || c.desired == nil || c.run == nil {
+		return
+	}
+	g := newGeneration(c, c.desired)
+	if !c.run.spawn(g) {
+		return // the run ended: the host no longer leads
+	}
+	c.gen = g
+}
+
+// exited is the last thing a generation does, once its Manager has
+// stopped: the name may now run the next generation, or be forgotten.
+func (c *cluster) exited(g *generation) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen != g {
+		return
+	}
+	c.gen = nil
+	if c.desired == nil {
+		c.retireLocked()
+		return
+	}
+	c.setPhaseLocked(nil, PhaseStopped, nil)
+	c.ensureLocked()
+}
+
+// retireLocked forgets the name: route, metric series, registry entry. The
+// cluster is dead from now on; the next Add of the name makes a new one.
+func (c *cluster) retireLocked() {
+	c.dead = true
+	c.env.routes.Remove(c.name)
+	c.series.forget()
+	c.reg.remove(c)
+}
+
+// kick tells the live generation that reconciler setups were added.
+func (c *cluster) kick() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen != nil {
+		c.gen.kick()
+	}
+}
+
+// known reports whether the name is part of the fleet (desired).
+func (c *cluster) known() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.desired != nil
+}
+
+func (c *cluster) snapshot() (ClusterStatus, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.status, c.desired != nil
+}
+
+// The methods below are how a generation reports; each ignores a
+// generation that is no longer the live one (g == nil means the cluster
+// itself).
+
+func (c *cluster) setPhase(g *generation, p Phase, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.setPhaseLocked(g, p, err)
+}
+
+func (c *cluster) setPhaseLocked(g *generation, p Phase, err error) {
+	if g != nil && g != c.gen {
+		return
+	}
+	if c.gen != nil && c.gen.stopping() && p != PhaseStopping && p != PhaseStopped {
+		return // a generation winding down says nothing new
+	}
+	if c.status.Phase != p {
+		c.status.Phase, c.status.Since = p, time.Now()
+	}
+	if err != nil {
+		c.status.LastError = err
+	}
+	c.series.ready(p == PhaseReady)
+}
+
+// route points the fan-out client at cl (nil: no running Manager) for
+// calls aimed at the cluster; ready adds it to fleet-wide readiness.
+func (c *cluster) route(g *generation, cl crclient.Client, ready bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g != c.gen || cl != nil && g.stopping() || c.desired == nil {
+		return
+	}
+	if cl == nil {
+		c.mgr = nil
+	}
+	c.env.routes.Set(c.name, cl, ready)
+}
+
+func (c *cluster) ready(g *generation, mgr manager.Manager, took time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g != c.gen || g.stopping() {
+		return
+	}
+	c.status.LastError, c.status.NextRetry = nil, time.Time{}
+	c.status.TimeToReady = took
+	c.setPhaseLocked(g, PhaseReady, nil)
+	c.mgr = mgr
+	c.env.routes.Set(c.name, mgr.GetClient(), true)
+	c.series.timeToReady(took)
+}
+
+func (c *cluster) unreachable(g *generation, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g != c.gen || g.stopping() {
+		return
+	}
+	c.setPhaseLocked(g, PhaseUnreachable, err)
+	c.env.routes.SetUnreachable(c.name, err)
+}
+
+func (c *cluster) failed(g *generation, err error, retryIn time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g != c.gen || g.stopping() {
+		return
+	}
+	c.status.NextRetry = time.Now().Add(retryIn)
+	c.status.Failures++
+	c.setPhaseLocked(g, PhaseFailed, err)
+	c.series.failure()
+}
+
+func (c *cluster) restarted(g *generation) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g != c.gen {
+		return
+	}
+	c.status.Restarts++
+	c.series.restart()
+}
+
+// recordError keeps err as the last error without changing the phase.
+func (c *cluster) recordError(g *generation, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g == c.gen {
+		c.status.LastError = err
+	}
+}
+
+// manager returns the live generation's Manager while it is Ready (or
+// Unreachable, still serving its caches).
+func (c *cluster) manager() manager.Manager {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mgr
+}
+
+func (c *cluster) phase() Phase {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.status.Phase
+}
+
+func (c *cluster) lastErrorOr(def error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.status.LastError != nil {
+		return c.status.LastError
+	}
+	return def
+}
+
+// run is one period during which the host Manager leads: generations
+// start under its context, and it ends only after every one of them has
+// stopped, so the lease is never released while a member still runs.
+type run struct {
+	ctx context.Context
+
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// spawn runs g under the run's context, unless the run has ended.
+func (r *run) spawn(g *generation) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || r.ctx.Err() != nil {
+		return false
+	}
+	g.begin(r.ctx)
+	r.wg.Go(g.run)
+	return true
+}
+
+// close refuses new generations and waits for the running ones.
+func (r *run) close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.wg.Wait()
+}
+
+// registry maps names to clusters. Its lock is the Server's lock: a leaf.
+type registry struct {
+	mu       sync.Mutex
+	clusters map[string]*cluster
+}
+
+func (r *registry) get(name string) *cluster {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.clusters[name]
+}
+
+func (r *registry) getOrCreate(name string, create func() *cluster) *cluster {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.clusters[name]; ok {
+		return c
+	}
+	if r.clusters == nil {
+		r.clusters = map[string]*cluster{}
+	}
+	c := create()
+	r.clusters[name] = c
+	return c
+}
+
+func (r *registry) remove(c *cluster) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.clusters[c.name] == c {
+		delete(r.clusters, c.name)
+	}
+}
+
+func (r *registry) all() []*cluster {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*cluster, 0, len(r.clusters))
+	for _, c := range r.clusters {
+		out = append(out, c)
+	}
+	return out
+}
+
+func (r *registry) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.clusters)
+}

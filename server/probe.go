@@ -1,0 +1,75 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"reflect"
+	"runtime"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// probe checks, before a Manager is built, that the API server answers and
+// accepts the credentials: discovery is open to every authenticated user,
+// so 401 or 403 means bad credentials and a dial error means unreachable.
+// It fails fast where a Manager would wait for its cache sync timeout.
+func probe(ctx context.Context, cfg *rest.Config, timeout time.Duration) error {
+	c := rest.CopyConfig(cfg)
+	c.NegotiatedSerializer = serializer.WithoutConversionCodecFactory{CodecFactory: scheme.Codecs}
+	rc, err := rest.UnversionedRESTClientFor(c)
+	if err != nil {
+		return fmt.Errorf("building probe client: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := rc.Get().AbsPath("/api").Do(pctx).Error(); err != nil {
+		if apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
+			return fmt.Errorf("API server %s rejected the credentials: %w", hostForLog(cfg.Host), err)
+		}
+		return fmt.Errorf("API server %s unreachable: %w", hostForLog(cfg.Host), err)
+	}
+	return nil
+}
+
+// hostForLog is a config's host without any user information a URL may
+// carry (https://user:password@host).
+func hostForLog(host string) string {
+	u, err := url.Parse(host)
+	if err != nil || u.User == nil {
+		if i := strings.LastIndex(host, "@"); i >= 0 {
+			return host[i+1:]
+		}
+		return host
+	}
+	u.User = nil
+	return u.String()
+}
+
+func isConnectionError(err error) bool {
+	var netErr net.Error
+	return errors.As(err, &netErr) || utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err)
+}
+
+// funcName is the name of the function f, "(*Reconciler).SetupWithManager"
+// for a method value, as the runtime knows it.
+func funcName(f func(ctrl.Manager) error) string {
+	fn := runtime.FuncForPC(reflect.ValueOf(f).Pointer())
+	if fn == nil {
+		return "unknown"
+	}
+	name := fn.Name()
+	if i := strings.LastIndex(name, "/"); i >= 0 {
+		name = name[i+1:]
+	}
+	return strings.TrimSuffix(name, "-fm")
+}
