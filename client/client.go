@@ -243,11 +243,15 @@ func (s *subResourceClient) do(ctx context.Context, call func(context.Context, c
 }
 
 func (s *subResourceClient) Get(ctx context.Context, obj, subResource crclient.Object, opts ...crclient.SubResourceGetOption) error {
-	return s.do(ctx, func(ctx context.Context, cl crclient.SubResourceClient) error { return cl.Get(ctx, obj, subResource, opts...) })
+	return s.do(ctx, func(ctx context.Context, cl crclient.SubResourceClient) error {
+		return cl.Get(ctx, obj, subResource, opts...)
+	})
 }
 
 func (s *subResourceClient) Create(ctx context.Context, obj, subResource crclient.Object, opts ...crclient.SubResourceCreateOption) error {
-	return s.do(ctx, func(ctx context.Context, cl crclient.SubResourceClient) error { return cl.Create(ctx, obj, subResource, opts...) })
+	return s.do(ctx, func(ctx context.Context, cl crclient.SubResourceClient) error {
+		return cl.Create(ctx, obj, subResource, opts...)
+	})
 }
 
 func (s *subResourceClient) Update(ctx context.Context, obj crclient.Object, opts ...crclient.SubResourceUpdateOption) error {

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/mccr-dev/mccr/config"
-	)
+)
 
 // Locking. Three kinds of lock exist, always taken in this order and never
 // held across anything that can wait:
@@ -47,7 +47,7 @@ type cluster struct {
 	run     *run        // the fleet's current run; nil while not leading
 	status  ClusterStatus
 	mgr     manager.Manager // the live generation's Manager while Ready
-	dead    bool // removed from the registry; every operation retries
+	dead    bool            // removed from the registry; every operation retries
 }
 
 func newCluster(name string, e *env, reg *registry) *cluster {
