@@ -23,7 +23,8 @@ var (
 
 	// ErrDuplicateContext means two kubeconfig files of one directory define
 	// the same context name. Cluster names must be unique in a fleet, so only
-	// one of them is used: the one in the file whose path sorts first.
+	// one of them is used: the one already served from its file (see
+	// MergeFileConfigsKeeping), or else the one whose path sorts first.
 	ErrDuplicateContext = errors.New("context is defined in more than one kubeconfig")
 
 	// ErrAuthPluginRefused means a context's user has an exec plugin or an

@@ -30,6 +30,18 @@ type FileConfigs struct {
 //
 // The order of files does not matter; the result is deterministic.
 func MergeFileConfigs(files []FileConfigs) ([]*NamedConfig, error) {
+	return MergeFileConfigsKeeping(files, nil)
+}
+
+// MergeFileConfigsKeeping is MergeFileConfigs for a source that is already
+// serving clusters: owners maps a context name to the file it is served
+// from. While that file is among files and still defines the name, the name
+// stays with it, and a newcomer defining the same name is the
+// ErrDuplicateContext (naming the newcomer as Path and the owner as
+// OtherPath), whatever their paths' order: a file dropped next to a running
+// cluster's cannot take the cluster over. Names without an owner go by
+// path order, as in MergeFileConfigs.
+func MergeFileConfigsKeeping(files []FileConfigs, owners map[string]string) ([]*NamedConfig, error) {
 	sorted := slices.Clone(files)
 	slices.SortStableFunc(sorted, func(a, b FileConfigs) int { return strings.Compare(a.Path, b.Path) })
 
@@ -52,6 +64,13 @@ func MergeFileConfigs(files []FileConfigs) ([]*NamedConfig, error) {
 	var errs []error
 	owner := map[string]string{}
 	for _, f := range sorted {
+		for _, c := range f.Configs {
+			if c != nil && owners[c.Name] == f.Path && f.Path != "" {
+				owner[c.Name] = f.Path
+			}
+		}
+	}
+	for _, f := range sorted {
 		if f.Err != nil && !(len(f.Configs) == 0 && referenced[absClean(f.Path)] && isParseError(f.Err)) {
 			errs = appendFlat(errs, f.Err)
 		}
@@ -61,7 +80,7 @@ func MergeFileConfigs(files []FileConfigs) ([]*NamedConfig, error) {
 			if c == nil {
 				continue
 			}
-			if first, dup := owner[c.Name]; dup {
+			if first, dup := owner[c.Name]; dup && first != f.Path {
 				errs = append(errs, &FileError{Path: f.Path, Context: c.Name, OtherPath: first, Err: ErrDuplicateContext})
 				continue
 			}

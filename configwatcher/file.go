@@ -44,8 +44,14 @@ type FileOptions struct {
 	// AllowAuthPlugins accepts kubeconfig users with exec plugins or
 	// auth-provider entries (see config.AllowAuthPlugins). Off by default:
 	// whoever can write to the watched directory could otherwise make the
-	// controller run programs.
+	// controller run programs. Same as passing config.AllowAuthPlugins in
+	// LoadOptions.
 	AllowAuthPlugins bool
+
+	// LoadOptions are the rules of package config that every file is loaded
+	// with: config.AllowAuthPlugins, config.AllowFileReferences. By default
+	// a watched kubeconfig may only name files in its own directory.
+	LoadOptions []config.LoadOption
 
 	// Logger receives the watcher's errors and, at V(1), every event.
 	// Defaults to a logger that discards.
@@ -60,9 +66,24 @@ func WithDebounce(d time.Duration) FileOption {
 	return func(o *FileOptions) { o.Debounce = d }
 }
 
-// AllowAuthPlugins sets FileOptions.AllowAuthPlugins.
+// WithLoadOptions loads every file with opts, the options of package
+// config (config.AllowAuthPlugins, config.AllowFileReferences). The two
+// functions below are shorthands for it with the same names.
+func WithLoadOptions(opts ...config.LoadOption) FileOption {
+	return func(o *FileOptions) { o.LoadOptions = append(o.LoadOptions, opts...) }
+}
+
+// AllowAuthPlugins is WithLoadOptions(config.AllowAuthPlugins()).
 func AllowAuthPlugins() FileOption {
 	return func(o *FileOptions) { o.AllowAuthPlugins = true }
+}
+
+// AllowFileReferences is WithLoadOptions(config.AllowFileReferences(roots...)):
+// kubeconfigs (and directory entries that are symlinks) may lead into roots,
+// or anywhere when none are given. Without it they may only lead into the
+// kubeconfig's own directory.
+func AllowFileReferences(roots ...string) FileOption {
+	return WithLoadOptions(config.AllowFileReferences(roots...))
 }
 
 // WithLogger sets FileOptions.Logger.
@@ -95,9 +116,29 @@ func (o *FileOptions) applyDefaults() {
 //     watched, not the file's inode;
 //   - a file that is a symlink into another directory: that directory is
 //     watched too;
+//   - symlinks anywhere on the way to the watched path or to a file, such
+//     as a deploy layout's ".../current/kubeconfigs" whose "current" link
+//     is switched, or a chain of links through other directories: the
+//     directory holding each link is watched for that link, so a switch
+//     gives one Updated per changed context;
 //   - the watched directory removed (its clusters are Deleted) and created
 //     again (they come back as Added): the parent directory is watched to
 //     notice.
+//
+// A watched directory is untrusted input. Its files are listed and loaded
+// by the rules of package config: hidden entries and editor or backup files
+// ("#x#", "x~", "x.swp", "x.bak", "x.orig", "x.tmp", "4913", …; see
+// config.SkippedName) are skipped; an entry that is a symlink out of the
+// directory, and a kubeconfig whose certificate, key or token file lies
+// outside its own directory, are refused (config.ErrFileReferenceRefused)
+// without being opened, unless AllowFileReferences names the place; exec
+// and auth-provider users are refused unless AllowAuthPlugins.
+//
+// A cluster name belongs to the file it is first served from. Another file
+// defining the same context later is the conflict (config.ErrDuplicateContext
+// naming it as the loser and the owner as the file that keeps it) and takes
+// over only when the owner drops the context or goes away. At start-up, the
+// file whose path sorts first wins.
 //
 // A file that cannot be read or parsed, or that has no contexts (an editor
 // truncating it before writing), is reported on Errors and its last good
@@ -112,7 +153,7 @@ func (o *FileOptions) applyDefaults() {
 // Sources (config.Source.File) name files by absolute path, as found under
 // the watched path, not through symlinks.
 type FileWatcher struct {
-	root, parent string
+	root     string
 	opts         FileOptions
 	loadOpts     []config.LoadOption
 	log          logr.Logger
@@ -127,9 +168,11 @@ type FileWatcher struct {
 	// The rest belongs to the run goroutine.
 	rootIsDir  bool
 	watched    map[string]os.FileInfo
+	filter     watchSet // which events of each watched directory matter
 	retryWatch bool
 	files      map[string]*fileState
 	reported   map[string]bool
+	owners     map[string]string // cluster name → the file it is served from
 }
 
 var _ ConfigWatcher = (*FileWatcher)(nil)
@@ -171,7 +214,6 @@ func NewFileWatcher(fileOrDir string, opts ...FileOption) (*FileWatcher, error) 
 	log := o.Logger.WithValues("path", root)
 	w := &FileWatcher{
 		root:      root,
-		parent:    filepath.Dir(root),
 		opts:      o,
 		log:       log,
 		fsw:       fsw,
@@ -182,7 +224,9 @@ func NewFileWatcher(fileOrDir string, opts ...FileOption) (*FileWatcher, error) 
 		watched:   map[string]os.FileInfo{},
 		files:     map[string]*fileState{},
 		reported:  map[string]bool{},
+		owners:    map[string]string{},
 	}
+	w.loadOpts = append(w.loadOpts, o.LoadOptions...)
 	if o.AllowAuthPlugins {
 		w.loadOpts = append(w.loadOpts, config.AllowAuthPlugins())
 	}
@@ -278,14 +322,16 @@ func (w *FileWatcher) run() {
 	}
 }
 
-// relevant filters the parent directory's events when watching a
-// directory: the parent is watched only to notice the directory itself come
-// and go. Everything else may change what the files say.
+// relevant filters the events of directories watched only for some of
+// their entries: the root's parent (to see the root come and go) and the
+// directories holding the symlinks on the way to the root and its files.
+// Everything else may change what the files say.
 func (w *FileWatcher) relevant(ev fsnotify.Event) bool {
-	if w.rootIsDir && w.parent != w.root && filepath.Dir(ev.Name) == w.parent {
-		return ev.Name == w.root
+	if _, ok := w.filter[ev.Name]; ok {
+		return true // a watched directory itself
 	}
-	return true
+	names, ok := w.filter[filepath.Dir(ev.Name)]
+	return !ok || names == nil || names[filepath.Base(ev.Name)]
 }
 
 // sync reads the files, updates the watches, and sends the events and new
@@ -325,7 +371,14 @@ func (w *FileWatcher) sync() bool {
 			return false
 		default:
 		}
-		cfgs, err := config.LoadFile(f, w.loadOpts...)
+		var cfgs []*config.NamedConfig
+		err := error(nil)
+		if w.rootIsDir {
+			err = config.CheckDirectoryEntry(f, w.loadOpts...)
+		}
+		if err == nil {
+			cfgs, err = config.LoadFile(f, w.loadOpts...)
+		}
 		if len(cfgs) == 0 && errors.Is(err, fs.ErrNotExist) {
 			continue // removed since it was listed
 		}
@@ -349,14 +402,22 @@ func (w *FileWatcher) sync() bool {
 		delete(w.files, f)
 	}
 
-	merged, err := config.MergeFileConfigs(loaded)
+	// A name already served stays with its file: a newcomer defining it is
+	// the conflict, whatever its path.
+	merged, err := config.MergeFileConfigsKeeping(loaded, w.owners)
 	problems = appendFlat(problems, err)
 	w.reportNew(problems)
 	desired := make(map[string]*config.NamedConfig, len(merged))
+	owners := make(map[string]string, len(merged))
 	for _, c := range merged {
 		desired[c.Name] = c
+		owners[c.Name] = c.Source.File
 	}
-	return w.pub.apply(desired, w.stop)
+	if !w.pub.apply(desired, w.stop) {
+		return false
+	}
+	w.owners = owners
+	return true
 }
 
 // update takes a file's new load result, keeping the last good config of
@@ -392,45 +453,123 @@ func (st *fileState) configs() []*config.NamedConfig {
 	return out
 }
 
-// updateWatches watches the parent directory (to see the watched path
-// replaced, removed or created), the watched directory, and the directories
-// that symlinked files point into. A directory replaced by another of the
-// same name is watched again.
+// watchSet maps a directory (its real path) to the entries whose events
+// matter there; a nil set means every event does.
+type watchSet map[string]map[string]bool
+
+func (ws watchSet) all(dir string) { ws[dir] = nil }
+
+func (ws watchSet) entry(dir, name string) {
+	names, ok := ws[dir]
+	if ok && names == nil {
+		return
+	}
+	if !ok {
+		names = map[string]bool{}
+		ws[dir] = names
+	}
+	names[name] = true
+}
+
+// maxLinks bounds the symlinks followed on one path, as the kernel does.
+const maxLinks = 40
+
+// follow resolves the absolute path p one component at a time, adding to ws
+// the directory and name of every symlink met on the way (a deploy layout
+// whose "current" link is switched, a chain of links through other
+// directories), and, where p stops resolving, the last directory that
+// exists and the name missing in it. It returns the real path.
+func (ws watchSet) follow(p string) (string, error) {
+	sep := string(filepath.Separator)
+	cur := filepath.VolumeName(p) + sep
+	rest := strings.Split(strings.TrimPrefix(p, cur), sep)
+	links := 0
+	for len(rest) > 0 {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur)
+			continue
+		}
+		next := filepath.Join(cur, c)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			ws.entry(cur, c)
+			return next, err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		ws.entry(cur, c)
+		if links++; links > maxLinks {
+			return next, errors.New("too many levels of symbolic links")
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return next, err
+		}
+		if filepath.IsAbs(target) {
+			cur = filepath.VolumeName(target) + sep
+			target = strings.TrimPrefix(target, cur)
+		}
+		rest = append(strings.Split(target, sep), rest...)
+	}
+	return cur, nil
+}
+
+// updateWatches follows the whole watched path: the directory (or the
+// single file's directory), its parent (to see it replaced, removed or
+// created), the directories that symlinked files lead into, and every
+// directory holding a symlink on the way to any of them, so that switching
+// a link anywhere on the way is seen. Directories are watched by their real
+// paths; one replaced by another of the same name is watched again.
 func (w *FileWatcher) updateWatches(files []string) []error {
 	var problems []error
 	w.retryWatch = false
-	desired := []string{w.parent}
-	if w.rootIsDir {
-		desired = append(desired, w.root)
+	ws := watchSet{}
+	if real, err := ws.follow(w.root); err == nil {
+		if fi, err := os.Stat(real); err == nil && fi.IsDir() {
+			ws.all(real)
+			ws.entry(filepath.Dir(real), filepath.Base(real))
+		} else {
+			ws.all(filepath.Dir(real))
+		}
 	}
+	realRoot, _ := filepath.EvalSymlinks(w.root)
 	for _, f := range files {
 		if fi, err := os.Lstat(f); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
-			continue
+			continue // in the root itself
 		}
-		if target, err := filepath.EvalSymlinks(f); err == nil {
-			desired = append(desired, filepath.Dir(target))
+		real, err := ws.follow(f)
+		if err == nil && filepath.Dir(real) != realRoot {
+			ws.all(filepath.Dir(real))
 		}
 	}
+	desired := make([]string, 0, len(ws))
+	for d := range ws {
+		desired = append(desired, d)
+	}
+	slices.Sort(desired)
+	w.filter = ws
 
 	keep := map[string]bool{}
 	var infos []os.FileInfo
 	for _, d := range desired {
-		if keep[d] {
-			continue
-		}
 		fi, err := os.Stat(d)
 		if err == nil && !fi.IsDir() {
 			err = errors.New("not a directory")
 		}
 		if err != nil {
-			if d == w.parent {
-				problems = append(problems, fmt.Errorf("configwatcher: cannot watch %s, retrying: %v", d, err))
-				w.retryWatch = true
-			}
+			// Gone since it was followed: the event that removed it
+			// schedules another read.
+			w.retryWatch = true
 			continue
 		}
-		// The same directory under another name (a symlinked path) is
-		// watched once.
+		// The same directory under another name is watched once.
 		if slices.ContainsFunc(infos, func(o os.FileInfo) bool { return os.SameFile(o, fi) }) {
 			continue
 		}

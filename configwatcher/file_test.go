@@ -421,8 +421,9 @@ func TestFileWatcherSecretVolume(t *testing.T) {
 		w := start(t, vol.dir)
 		evs := expectEvents(t, w, "Added a "+server(1), "Added b "+server(2))
 		for _, ev := range evs {
-			if ev.Config.Name == "a" && ev.Config.Config.CAFile != filepath.Join(vol.dir, "ca.crt") {
-				t.Errorf("CAFile = %s", ev.Config.Config.CAFile)
+			// Read through "..data", inside the volume, by the loader.
+			if ev.Config.Name == "a" && (ev.Config.Config.CAFile != "" || string(ev.Config.Config.CAData) != string(caPEM)) {
+				t.Errorf("CA not read from the volume: CAFile = %q", ev.Config.Config.CAFile)
 			}
 		}
 
@@ -722,4 +723,182 @@ func TestFileWatcherFileWrittenRightAfterStart(t *testing.T) {
 		expectEvents(t, w, "Added new "+server(1))
 		w.Stop()
 	}
+}
+
+// switchLink points link at target atomically, the way deploy tools switch
+// a "current" release: a new link renamed over the old one.
+func switchLink(t *testing.T, target, link string) {
+	t.Helper()
+	tmp := link + ".new"
+	if err := os.Symlink(target, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func symlink(t *testing.T, target, link string) {
+	t.Helper()
+	mkdir(t, filepath.Dir(link))
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A watched kubeconfig may not reach files outside its directory, nor may
+// an entry of the directory be a link out of it, unless the caller allows
+// the place; config's option and the watcher's shorthand are the same.
+func TestFileWatcherFileReferencesStayInside(t *testing.T) {
+	checkLeaks(t)
+	outside := t.TempDir()
+	token := filepath.Join(outside, "token")
+	writeFile(t, token, []byte("sa-token-OUTSIDE"))
+	writeFile(t, filepath.Join(outside, "other.yaml"), kubeconfig(t, ctxSpec{"linked", server(2), "t"}))
+	dir := t.TempDir()
+	path := filepath.Join(dir, "steal.yaml")
+	writeFile(t, path, []byte(`clusters:
+- name: c
+  cluster: {server: "`+server(1)+`", insecure-skip-tls-verify: true}
+users:
+- name: u
+  user: {tokenFile: `+token+`}
+contexts:
+- name: steal
+  context: {cluster: c, user: u}
+`))
+	symlink(t, filepath.Join(outside, "other.yaml"), filepath.Join(dir, "linked.yaml"))
+
+	refused := start(t, dir)
+	want := map[string][]string{
+		"steal":  {path, `"steal"`, "tokenFile"},
+		"linked": {filepath.Join(dir, "linked.yaml"), "symlink"},
+	}
+	deadline := time.After(patience)
+	for len(want) > 0 {
+		select {
+		case err := <-refused.Errors():
+			for k, parts := range want {
+				if containsAll(err.Error(), parts) {
+					delete(want, k)
+					if !errors.Is(err, config.ErrFileReferenceRefused) || strings.Contains(err.Error(), "sa-token-OUTSIDE") {
+						t.Errorf("err = %v, want ErrFileReferenceRefused without the token", err)
+					}
+				}
+			}
+		case <-deadline:
+			t.Fatalf("not reported: %v", want)
+		}
+	}
+	expectQuiet(t, refused)
+
+	for _, opt := range []configwatcher.FileOption{
+		configwatcher.AllowFileReferences(outside),
+		configwatcher.WithLoadOptions(config.AllowFileReferences(outside)),
+	} {
+		allowed := start(t, dir, opt)
+		evs := expectEvents(t, allowed, "Added steal "+server(1), "Added linked "+server(2))
+		for _, ev := range evs {
+			if ev.Config.Name == "steal" && ev.Config.Config.BearerTokenFile != token {
+				t.Errorf("allowed token file = %q", ev.Config.Config.BearerTokenFile)
+			}
+		}
+		allowed.Stop()
+	}
+}
+
+// First come keeps the name: a newcomer file defining a context that a
+// running cluster already has is the conflict, named as the loser, whatever
+// its path; it takes over only when the original goes.
+func TestFileWatcherFirstComeKeepsName(t *testing.T) {
+	checkLeaks(t)
+	dir := t.TempDir()
+	original := filepath.Join(dir, "prod.yaml")
+	writeFile(t, original, kubeconfig(t, ctxSpec{"prod", server(1), "t"}))
+	w := start(t, dir)
+	expectEvents(t, w, "Added prod "+server(1))
+
+	newcomer := filepath.Join(dir, "00-x.yaml")
+	writeFile(t, newcomer, kubeconfig(t, ctxSpec{"prod", server(666), "t"}))
+	err := expectError(t, w, newcomer, original, `"prod"`)
+	var fe *config.FileError
+	if !errors.As(err, &fe) || fe.Path != newcomer || fe.OtherPath != original || !errors.Is(err, config.ErrDuplicateContext) {
+		t.Errorf("conflict = %v; want the newcomer %s as the loser", err, newcomer)
+	}
+	expectQuiet(t, w)
+
+	// The original changes: still its cluster.
+	writeLikeAnEditor(t, original, kubeconfig(t, ctxSpec{"prod", server(2), "t"}))
+	expectEvents(t, w, "Updated prod "+server(2))
+
+	if err := os.Remove(original); err != nil {
+		t.Fatal(err)
+	}
+	expectEvents(t, w, "Updated prod "+server(666))
+}
+
+// Editor and backup files are not kubeconfigs, even when they parse as one
+// and claim a running cluster's name.
+func TestFileWatcherSkipsEditorFiles(t *testing.T) {
+	checkLeaks(t)
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "prod.yaml"), kubeconfig(t, ctxSpec{"prod", server(1), "t"}))
+	w := start(t, dir)
+	expectEvents(t, w, "Added prod "+server(1))
+	for i, name := range []string{"#prod.yaml#", "prod.yaml~", ".prod.yaml.swp", "prod.yaml.swo", "prod.yaml.swx", "prod.yaml.bak", "prod.yaml.orig", "prod.yaml.tmp", "4913"} {
+		writeFile(t, filepath.Join(dir, name), kubeconfig(t, ctxSpec{"prod", server(100 + i), "t"}, ctxSpec{fmt.Sprintf("leftover-%d", i), server(200 + i), "t"}))
+	}
+	expectQuiet(t, w)
+	expectNoError(t, w)
+}
+
+// The watched path may run through symlinks anywhere: a deploy layout whose
+// "current" link is switched, or a link chain through another directory.
+// Each switch is one Updated per changed context and nothing else.
+func TestFileWatcherFollowsSwitchedLinks(t *testing.T) {
+	t.Run("root through a switched current link", func(t *testing.T) {
+		checkLeaks(t)
+		base := t.TempDir()
+		for i, rel := range []string{"v1", "v2"} {
+			writeFile(t, filepath.Join(base, "releases", rel, "kubeconfigs", "a.yaml"),
+				kubeconfig(t, ctxSpec{"prod", server(1 + i), "t"}, ctxSpec{"stable", server(9), "t"}))
+		}
+		symlink(t, filepath.Join("releases", "v1"), filepath.Join(base, "current"))
+		w := start(t, filepath.Join(base, "current", "kubeconfigs"))
+		expectEvents(t, w, "Added prod "+server(1), "Added stable "+server(9))
+
+		switchLink(t, filepath.Join("releases", "v2"), filepath.Join(base, "current"))
+		expectEvents(t, w, "Updated prod "+server(2))
+		switchLink(t, filepath.Join("releases", "v1"), filepath.Join(base, "current"))
+		expectEvents(t, w, "Updated prod "+server(1))
+		expectNoError(t, w)
+	})
+
+	chain := func(t *testing.T, watched, base string, opts ...configwatcher.FileOption) {
+		t.Helper()
+		for i, rel := range []string{"v1", "v2"} {
+			writeFile(t, filepath.Join(base, rel, "prod.yaml"), kubeconfig(t, ctxSpec{"prod", server(1 + i), "t"}))
+		}
+		symlink(t, "v1", filepath.Join(base, "current"))
+		symlink(t, filepath.Join(base, "current", "prod.yaml"), filepath.Join(watched, "prod.yaml"))
+		writeFile(t, filepath.Join(watched, "plain.yaml"), kubeconfig(t, ctxSpec{"plain", server(9), "t"}))
+		w := start(t, watched, opts...)
+		expectEvents(t, w, "Added prod "+server(1), "Added plain "+server(9))
+
+		switchLink(t, "v2", filepath.Join(base, "current"))
+		expectEvents(t, w, "Updated prod "+server(2))
+		switchLink(t, "v1", filepath.Join(base, "current"))
+		expectEvents(t, w, "Updated prod "+server(1))
+		expectNoError(t, w)
+	}
+	t.Run("link chain inside the directory", func(t *testing.T) {
+		checkLeaks(t)
+		watched := t.TempDir()
+		chain(t, watched, filepath.Join(watched, ".base"))
+	})
+	t.Run("link chain through an allowed directory", func(t *testing.T) {
+		checkLeaks(t)
+		base := t.TempDir()
+		chain(t, t.TempDir(), base, configwatcher.AllowFileReferences(base))
+	})
 }
