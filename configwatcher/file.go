@@ -154,9 +154,9 @@ func (o *FileOptions) applyDefaults() {
 // the watched path, not through symlinks.
 type FileWatcher struct {
 	root     string
-	opts         FileOptions
-	loadOpts     []config.LoadOption
-	log          logr.Logger
+	opts     FileOptions
+	loadOpts []config.LoadOption
+	log      logr.Logger
 
 	fsw *fsnotify.Watcher
 	pub *publisher // the Events and Errors channels, what was published
