@@ -23,10 +23,10 @@ import (
 )
 
 const (
-	// kubeFedRetryMin and kubeFedRetryMax bound the backoff between attempts
+	// kubeFedRetryFirst and kubeFedRetryLimit bound the backoff between attempts
 	// to start watching KubeFedClusters (while the CRD is missing, say).
-	kubeFedRetryMin = time.Second
-	kubeFedRetryMax = 30 * time.Second
+	kubeFedRetryFirst = time.Second
+	kubeFedRetryLimit = 30 * time.Second
 
 	// kubeFedHostErrorInterval is how often the same error from the host
 	// cluster (a watch that keeps failing) is reported again while it lasts.
@@ -38,16 +38,16 @@ const (
 )
 
 var (
-	// ErrKubeFedNotInstalled: the host cluster does not serve the
+	// ErrKubeFedNotInstalled means the host cluster does not serve the
 	// KubeFedCluster CRD (kubefedclusters.core.kubefed.io).
 	ErrKubeFedNotInstalled = errors.New("the KubeFedCluster CRD (kubefedclusters.core.kubefed.io) is not installed")
-	// ErrKubeFedSecretNotFound: the Secret a KubeFedCluster names does not
+	// ErrKubeFedSecretNotFound means the Secret a KubeFedCluster names does not
 	// exist (yet, or any more).
 	ErrKubeFedSecretNotFound = errors.New("referenced Secret not found")
-	// ErrKubeFedSecretNoToken: the Secret a KubeFedCluster names has no
+	// ErrKubeFedSecretNoToken means the Secret a KubeFedCluster names has no
 	// "token" key, or an empty one.
 	ErrKubeFedSecretNoToken = errors.New(`referenced Secret has no "token"`)
-	// ErrKubeFedClusterInvalid: a KubeFedCluster's spec cannot be turned
+	// ErrKubeFedClusterInvalid means a KubeFedCluster's spec cannot be turned
 	// into a config (no endpoint, a bad proxy URL, a CA bundle without a
 	// certificate, an unknown TLS validation).
 	ErrKubeFedClusterInvalid = errors.New("invalid KubeFedCluster")
@@ -293,7 +293,7 @@ func (w *KubeFedWatcher) startWatching() bool {
 		UpdateFunc: func(any, any) { w.poke() },
 		DeleteFunc: func(any) { w.poke() },
 	}
-	delay := kubeFedRetryMin
+	delay := kubeFedRetryFirst
 	for len(objs) > 0 {
 		inf, err := w.cache.GetInformer(w.ctx, objs[0].obj, cache.BlockUntilSynced(false))
 		if err == nil {
@@ -307,7 +307,7 @@ func (w *KubeFedWatcher) startWatching() bool {
 			return false
 		}
 		if meta.IsNoMatchError(err) {
-			err = fmt.Errorf("%w (%v)", ErrKubeFedNotInstalled, err)
+			err = fmt.Errorf("%w (%w)", ErrKubeFedNotInstalled, err)
 		}
 		w.pub.report(fmt.Errorf("configwatcher: KubeFed host %s: watching %s in namespace %s: %w; retrying in %s", w.host, objs[0].kind, w.opts.Namespace, err, delay))
 		select {
@@ -315,7 +315,7 @@ func (w *KubeFedWatcher) startWatching() bool {
 			return false
 		case <-time.After(delay):
 		}
-		delay = min(2*delay, kubeFedRetryMax)
+		delay = min(2*delay, kubeFedRetryLimit)
 	}
 	return true
 }

@@ -63,14 +63,14 @@ func (w *KubeFedWatcher) namedConfig(kfc *kubefedv1beta1.KubeFedCluster) (*confi
 	var s corev1.Secret
 	if err := w.cache.Get(w.ctx, types.NamespacedName{Namespace: kfc.Namespace, Name: secretName}, &s); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, fail(fmt.Errorf("Secret %s: %w", secretRef, ErrKubeFedSecretNotFound))
+			return nil, fail(fmt.Errorf("its Secret %s: %w", secretRef, ErrKubeFedSecretNotFound))
 		}
 		return nil, fail(fmt.Errorf("reading Secret %s: %w", secretRef, err))
 	}
 	// Tokens hold no whitespace; a trailing newline from a file is common.
 	token := strings.TrimSpace(string(s.Data[kubeFedTokenKey]))
 	if token == "" {
-		return nil, fail(fmt.Errorf("Secret %s: %w", secretRef, ErrKubeFedSecretNoToken))
+		return nil, fail(fmt.Errorf("its Secret %s: %w", secretRef, ErrKubeFedSecretNoToken))
 	}
 	cfg, err := kubeFedRESTConfig(kfc.Spec, token, s.Data[kubeFedCAKey])
 	if err != nil {

@@ -20,11 +20,22 @@ type clusters interface {
 	Delete(name string) error
 }
 
+// loggedClusters is a clusters that only logs; a real program passes its
+// server.Server.
+type loggedClusters struct{}
+
+func (loggedClusters) Add(nc *config.NamedConfig) error { log.Printf("add %s", nc.Name); return nil }
+func (loggedClusters) Update(nc *config.NamedConfig) error {
+	log.Printf("update %s", nc.Name)
+	return nil
+}
+func (loggedClusters) Delete(name string) error { log.Printf("delete %s", name); return nil }
+
 // Feed a server every cluster joined to KubeFed. The watcher runs against
 // the host cluster (here, the one the usual kubeconfig rules find) and
 // reads the KubeFedClusters in kube-federation-system and their Secrets.
 func ExampleNewKubeFedWatcher() {
-	var srv clusters // server.NewServer(...) in a real program
+	var srv clusters = loggedClusters{} // server.NewServer(...) in a real program
 
 	kubefedWatcher, err := configwatcher.NewKubeFedWatcher(ctrl.GetConfigOrDie(),
 		// Both optional: the defaults are kube-federation-system and

@@ -233,6 +233,7 @@ func openConns(srv *httptest.Server) func() int {
 			n++
 		case http.StateClosed, http.StateHijacked:
 			n--
+		default:
 		}
 	}
 	return func() int {

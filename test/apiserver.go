@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,7 +37,7 @@ type apiServerProcess struct {
 // find records the kube-apiserver that env started: a child of this process
 // whose command line names env's secure port.
 func (p *apiServerProcess) find(env *envtest.Environment) error {
-	port := env.ControlPlane.APIServer.SecureServing.Port
+	port := env.ControlPlane.APIServer.Port
 	want := "--secure-port=" + port
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -56,11 +57,9 @@ func (p *apiServerProcess) find(env *envtest.Environment) error {
 		if len(argv) == 0 || filepath.Base(argv[0]) != "kube-apiserver" {
 			continue
 		}
-		for _, a := range argv[1:] {
-			if a == want {
-				p.path, p.args, p.pid = argv[0], argv[1:], pid
-				return nil
-			}
+		if slices.Contains(argv[1:], want) {
+			p.path, p.args, p.pid = argv[0], argv[1:], pid
+			return nil
 		}
 	}
 	return fmt.Errorf("test: kube-apiserver on port %s not found among this process's children", port)

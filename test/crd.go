@@ -46,7 +46,7 @@ func writeKubeFedCRD() (string, error) {
 	if have, err := os.ReadFile(path); err == nil && bytes.Equal(have, raw) {
 		return dir, nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("test: KubeFed CRD: %w", err)
 	}
 	// Written aside and renamed, so a binary running at the same time

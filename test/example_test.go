@@ -15,7 +15,11 @@ func ExampleStart() {
 		fmt.Fprintln(os.Stderr, err) // names `make kubebins` when the binaries are missing
 		os.Exit(1)
 	}
-	defer fleet.Stop()
+	defer func() {
+		if err := fleet.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}()
 	for _, c := range fleet.Clusters {
 		fmt.Println(c.Name, "at", c.Config.Host, "kubeconfig", c.KubeconfigPath)
 	}

@@ -185,10 +185,11 @@ func (f *Fleet) Stop() error {
 			wg.Go(func() { errs[i] = c.stop() })
 		}
 		wg.Wait()
+		err := errors.Join(errs...)
 		if f.ownDir {
-			errs = append(errs, os.RemoveAll(f.Dir))
+			err = errors.Join(err, os.RemoveAll(f.Dir))
 		}
-		f.stopErr = errors.Join(errs...)
+		f.stopErr = err
 	})
 	return f.stopErr
 }
@@ -229,9 +230,7 @@ func startCluster(name, dir string, opts Options) (*Cluster, error) {
 
 func (c *Cluster) stop() error {
 	// A restarted API server is ours, not envtest's, to stop.
-	errs := []error{c.proc.stopRestarted()}
-	errs = append(errs, c.Env.Stop())
-	return errors.Join(errs...)
+	return errors.Join(c.proc.stopRestarted(), c.Env.Stop())
 }
 
 // WriteKubeconfig writes a kubeconfig file with a single context named name

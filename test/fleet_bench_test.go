@@ -55,7 +55,7 @@ func childRSSKiB() int64 {
 		}
 		var name, ppid string
 		var rss int64
-		for _, line := range strings.Split(string(raw), "\n") {
+		for line := range strings.SplitSeq(string(raw), "\n") {
 			f := strings.Fields(line)
 			if len(f) < 2 {
 				continue

@@ -195,7 +195,11 @@ func TestJoinKubeFedWithoutToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer j.Unjoin(context.Background())
+	t.Cleanup(func() {
+		if err := j.Unjoin(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
 	if _, ok := j.Secret.Data["token"]; ok {
 		t.Errorf("Secret of a join without a token has one: %q", j.Secret.Data["token"])
 	}

@@ -117,7 +117,7 @@ func write(w io.Writer, cpu, cmd string, all []*series) {
 	fmt.Fprintln(w, "| package | benchmark | runs | figures (median) |")
 	fmt.Fprintln(w, "|---|---|---|---|")
 	for _, s := range all {
-		var parts []string
+		parts := make([]string, 0, len(s.units))
 		runs := 0
 		for _, u := range s.units {
 			parts = append(parts, fmt.Sprintf("%s %s", format(median(s.vals[u])), u))
@@ -142,7 +142,7 @@ func memTotal() string {
 	if err != nil {
 		return "memory unknown"
 	}
-	for _, line := range strings.Split(string(raw), "\n") {
+	for line := range strings.SplitSeq(string(raw), "\n") {
 		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
 			kb, _ := strconv.ParseFloat(f[1], 64)
 			return fmt.Sprintf("%.0f GiB RAM", kb/1024/1024)

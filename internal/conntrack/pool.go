@@ -159,7 +159,8 @@ func (p *Pool) release(key string, e *entry) {
 // identityKey identifies who a config authenticates as beyond its TLS
 // client certificate (which transportKey covers).
 func identityKey(cfg *rest.Config) (string, error) {
-	raw, err := json.Marshal(struct {
+	// Hashed, never stored or printed.
+	raw, err := json.Marshal(struct { //nolint:gosec // G117: only hashed
 		Username, Password, BearerToken, BearerTokenFile string
 		Impersonate                                      rest.ImpersonationConfig
 		AuthProvider                                     any

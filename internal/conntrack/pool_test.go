@@ -28,6 +28,7 @@ func server(t *testing.T) (*httptest.Server, func() int) {
 			open[c] = true
 		case http.StateClosed, http.StateHijacked:
 			delete(open, c)
+		default:
 		}
 	}
 	srv.StartTLS()
@@ -49,7 +50,7 @@ func get(t *testing.T, cfg *rest.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
