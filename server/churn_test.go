@@ -17,9 +17,11 @@ import (
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/internal/fakeapi"
@@ -141,19 +143,43 @@ func TestChurnKeepsOneManagerPerName(t *testing.T) {
 	if testing.Short() {
 		ops = 2000
 	}
+	fakes := startFakes(t, 4) // a host and three members' endpoints
+	defer fakes.close()
+	host, members := fakes[0], fakes[1:]
+	churnTest(t, host.Config(), members.variant, ops, func() {
+		fakes.close()
+	})
+}
+
+// TestChurnOnRealAPIServers is the same churn against real API servers:
+// every Manager that starts lists and watches a real kube-apiserver.
+func TestChurnOnRealAPIServers(t *testing.T) {
+	ops := 1040 // 1,000 and more once split among the workers
+	if testing.Short() {
+		ops = 200
+	}
+	variant := func(name string, v int) *config.NamedConfig {
+		cfg := rest.CopyConfig(fleet.Cluster(members[v%len(members)]).Config)
+		cfg.UserAgent = fmt.Sprintf("mccr-churn/%d", v/len(members)%2)
+		return config.NewNamedConfig(name, cfg)
+	}
+	churnTest(t, fleet.Cluster("host").Config, variant, ops, fleet.CloseConnections)
+}
+
+// churnTest runs the churn: ops calls before Start, while running, and
+// while and after the run ends. release lets go of what the test holds
+// outside the Server (connections of its fleet) before the leak check.
+func churnTest(t *testing.T, hostCfg *rest.Config, variant func(name string, v int) *config.NamedConfig, ops int, release func()) {
 	const (
 		workers = 8
 		names   = 10
 	)
-	fakes := startFakes(t, 4) // a host and three members' endpoints
-	defer fakes.close()
-	host, fakes := fakes[0], fakes[1:]
 	ignore := goleak.IgnoreCurrent()
 	heapBefore := heapInUse()
 	goroutinesBefore := runtime.NumGoroutine()
 
 	grace := 500 * time.Millisecond
-	srv, err := server.NewServer(host.Config(), ctrl.Options{
+	srv, err := server.NewServer(hostCfg, ctrl.Options{
 		Logger:                  logr.Discard(),
 		Metrics:                 metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:  "0",
@@ -168,6 +194,12 @@ func TestChurnKeepsOneManagerPerName(t *testing.T) {
 	}
 	w := newWitness()
 	srv.AddReconcilerSetup(w.setup)
+	srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
+		return ctrl.NewControllerManagedBy(mgr).Named("churn").For(&corev1.ConfigMap{}).
+			Complete(reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) {
+				return reconcile.Result{}, nil
+			}))
+	})
 	srv.AddReconcilerSetup(func(ctrl.Manager) error {
 		time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond) // a setup that takes time
 		return nil
@@ -209,7 +241,7 @@ func TestChurnKeepsOneManagerPerName(t *testing.T) {
 			wg.Go(func() {
 				for range n / workers {
 					name := fmt.Sprintf("c%d", rng.IntN(names))
-					nc := fakes.variant(name, rng.IntN(6))
+					nc := variant(name, rng.IntN(6))
 					// A pause now and then lets Managers get as far as
 					// running, so that churn meets them in every phase.
 					if rng.IntN(2) == 0 {
@@ -277,8 +309,7 @@ func TestChurnKeepsOneManagerPerName(t *testing.T) {
 		t.Fatal("no Manager ever started: the churn tested nothing")
 	}
 
-	fakes.close()
-	host.Close()
+	release()
 	goleak.VerifyNone(t, ignore)
 	heapAfter := heapInUse()
 	t.Logf("figure: churn: goroutines %d before, %d after; heap in use %s before, %s after",

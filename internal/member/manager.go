@@ -165,7 +165,12 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 		if opts.Cluster != nil {
 			opts.Cluster(co)
 		}
-		co.NewCache = newSyncNotifyingCache(co.NewCache, opts.Lifetime)
+		lifetime := opts.Lifetime
+		if lifetime == nil {
+			lifetime = context.Background()
+		}
+		co.Cache.NewInformer = newInformerFunc(co.Cache.NewInformer, lifetime)
+		co.NewCache = newSyncNotifyingCache(co.NewCache, lifetime)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating cluster: %w", err)
@@ -380,7 +385,8 @@ func (m *Manager) WaitForSync(ctx context.Context) bool {
 			return false
 		}
 	}
-	return true
+	// Sync waits also end when the member stops; that is no sync.
+	return ctx.Err() == nil
 }
 
 // Elected is closed from the start: members elect no leader of their own;
