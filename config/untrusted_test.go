@@ -302,3 +302,70 @@ func TestPseudoFilesAreNotRead(t *testing.T) {
 		t.Errorf("environ as a kubeconfig: %v", err)
 	}
 }
+
+// FuzzLoadDirectory builds a directory tree from ops — kubeconfigs naming
+// files, plain files, sub-directories and symlinks to places inside and
+// outside (a secret next door, /proc, /dev, loops, nothing) — and loads it.
+// Whatever the tree, nothing outside it may end up in a config or an error,
+// every config must have had its files read by the loader, and loading
+// must end.
+func FuzzLoadDirectory(f *testing.F) {
+	f.Add([]byte{1, 1, 2, 0, 1, 2}, []byte("x"))
+	f.Add([]byte{2, 3, 1, 4, 1, 0, 3, 5}, []byte("tok"))
+	f.Add([]byte{3, 4, 4, 6, 2, 6, 1, 3}, []byte("clusters: ["))
+	f.Add([]byte{2, 9, 2, 10, 1, 9, 1, 10}, []byte{})
+	f.Fuzz(func(t *testing.T, ops, content []byte) {
+		if len(ops) > 32 {
+			ops = ops[:32]
+		}
+		root := t.TempDir()
+		dir, outside := filepath.Join(root, "src"), filepath.Join(root, "out")
+		writeFile(t, filepath.Join(outside, "secret"), []byte(outsideSecret))
+		writeFile(t, filepath.Join(outside, "kc"), refKubeconfig("outside", "https://127.0.0.1:6443", "", "tokenFile: secret"))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		entries := []string{"a", "b.yaml", "tok", "sub", "..data", "sub/c", "sub/tok", "c~"}
+		targets := []string{
+			"tok", "sub/tok", "..data/tok", "a", "sub", "../out/secret", filepath.Join(outside, "secret"),
+			filepath.Join(outside, "kc"), "/proc/self/environ", "/dev/zero", "loop", "nowhere", "..data",
+		}
+		for i := 0; i+1 < len(ops); i += 2 {
+			name := filepath.Join(dir, entries[int(ops[i+1])%len(entries)])
+			target := targets[int(ops[i+1])%len(targets)]
+			_ = os.MkdirAll(filepath.Dir(name), 0o755)
+			switch ops[i] % 5 {
+			case 0:
+				_ = os.WriteFile(name, content, 0o600)
+			case 1:
+				_ = os.WriteFile(name, refKubeconfig(filepath.Base(name), "https://127.0.0.1:6443", "", "tokenFile: "+target), 0o600)
+			case 2:
+				_ = os.Symlink(target, name)
+			case 3:
+				_ = os.MkdirAll(name, 0o755)
+			default:
+				_ = os.WriteFile(name, refKubeconfig(filepath.Base(name), "https://127.0.0.1:6443", ", certificate-authority: "+target, "token: t"), 0o600)
+			}
+		}
+		_ = os.Symlink("loop", filepath.Join(dir, "loop"))
+
+		cfgs, err := LoadConfigsFromConfigFile(dir)
+		for _, c := range cfgs {
+			cfg := c.Config
+			if cfg.BearerTokenFile != "" || cfg.CAFile != "" || cfg.CertFile != "" || cfg.KeyFile != "" {
+				t.Fatalf("%s: a file left for client-go to read: %+v", c.Name, cfg.TLSClientConfig)
+			}
+			for _, v := range []string{cfg.BearerToken, string(cfg.CAData), string(cfg.CertData), string(cfg.KeyData)} {
+				if strings.Contains(v, outsideSecret) {
+					t.Fatalf("%s: carries the outside secret", c.Name)
+				}
+			}
+			if c.Name == "outside" {
+				t.Fatalf("a kubeconfig outside the directory was loaded")
+			}
+		}
+		if err != nil && strings.Contains(err.Error(), outsideSecret) {
+			t.Fatalf("error discloses the outside secret: %v", err)
+		}
+	})
+}
