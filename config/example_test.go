@@ -85,3 +85,13 @@ func ExampleNewNamedConfig() {
 	// Output:
 	// local true
 }
+
+// A password in a server URL is never printed: pass hosts and client errors
+// through RedactURL and RedactError before they reach a log or a status.
+func ExampleRedactURL() {
+	fmt.Println(config.RedactURL("https://admin:secret@10.0.0.1:6443"))
+	fmt.Println(config.RedactError(errors.New(`Get "https://admin:secret@10.0.0.1:6443/api": EOF`)))
+	// Output:
+	// https://REDACTED@10.0.0.1:6443
+	// Get "https://REDACTED@10.0.0.1:6443/api": EOF
+}

@@ -38,7 +38,9 @@ func expandHome(path string) (string, error) {
 //   - symlinks are followed: one to a regular file counts (a mounted
 //     Secret's files are symlinks through "..data"), one to anything else
 //     or to nothing is skipped, as is anything that is not a regular file
-//     (a FIFO would block the reader).
+//     (a FIFO would block the reader). LoadConfigsFromConfigFile and the
+//     file watcher then refuse, unopened, a link that leads out of the
+//     directory (CheckDirectoryEntry).
 //
 // A missing path is an error wrapping fs.ErrNotExist.
 func KubeconfigFiles(path string) ([]string, error) {
