@@ -28,7 +28,8 @@ import (
 )
 
 // fakeServer starts a Server whose host is a fake API server, with the
-// given setups, for the rest of the test.
+// given setups, for the rest of the test. stop stops the Server, then the
+// host's fake API server.
 func fakeServer(t *testing.T, mutate func(*ctrl.Options), setups ...func(ctrl.Manager) error) (*server.Server, func() error) {
 	t.Helper()
 	host := fakeapi.New()
@@ -53,7 +54,12 @@ func fakeServer(t *testing.T, mutate func(*ctrl.Options), setups ...func(ctrl.Ma
 	for _, s := range setups {
 		srv.AddReconcilerSetup(s)
 	}
-	return srv, test.Run(t, srv)
+	stopServer := test.Run(t, srv)
+	return srv, func() error {
+		err := stopServer()
+		host.Close()
+		return err
+	}
 }
 
 func fakeMember(t *testing.T, seed ...string) *fakeapi.Server {
@@ -122,9 +128,11 @@ func TestCallsToLeavingClusterReturn(t *testing.T) {
 			f.Hang(true)
 			defer f.Hang(false)
 			calls := map[string]func() error{
-				"Get":    func() error { return c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "s"}, &corev1.Secret{}) },
-				"List":   func() error { return c.List(ctx, &corev1.SecretList{}, client.InNamespace("default")) },
-				"Create": func() error { return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "new"}}) },
+				"Get":  func() error { return c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "s"}, &corev1.Secret{}) },
+				"List": func() error { return c.List(ctx, &corev1.SecretList{}, client.InNamespace("default")) },
+				"Create": func() error {
+					return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "new"}})
+				},
 			}
 			results := map[string]chan error{}
 			for what, call := range calls {
