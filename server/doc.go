@@ -32,26 +32,62 @@
 //		return r.SetupWithManager(mgr)
 //	})
 //
+// Which contexts carry the cluster: the ctx of Reconcile; the ctx given to
+// the map functions and predicates of a member's controllers (they run on
+// events of that member's informers, with the controller's ctx); and the
+// ctx given to Start of any runnable added to a member's Manager in a
+// setup. The ctx of the host Manager's own controllers and runnables names
+// no cluster: pick one with known.WithCluster.
+//
 // # Members
 //
 // Add, Update and Delete work before and after Start, from any goroutine,
 // and never wait on the network: a member is started in the background and
-// its progress is in Status (Pending, Starting, Syncing, Ready, Failed,
-// Stopping, Stopped). A member that cannot be reached, rejects its
-// credentials, or does not sync within Options.CacheSyncTimeout is Failed
-// and retried with capped exponential backoff while every other member
-// reconciles on; no member's trouble makes Start return. Update with a
-// changed config restarts that member only; the same config again is a
-// no-op. Delete needs only the name.
+// its progress is in Status (Pending, Starting, Syncing, Ready,
+// Unreachable, Failed, Stopping, Stopped). A member that cannot be
+// reached, rejects its credentials, or does not sync within
+// Options.CacheSyncTimeout is Failed and retried with capped exponential
+// backoff while every other member reconciles on; no member's trouble makes
+// Start return. A Ready member whose API server stops answering is
+// Unreachable: it serves from its cache and restarts once the API server
+// answers. Update with a changed config restarts that member only; the same
+// config again is a no-op. Delete needs only the name.
+//
+// At most one Manager runs for a cluster name at any instant: Update and
+// Delete stop the running Manager, and the next one of that name starts
+// only once it has stopped, however Add, Update, Delete and leadership
+// changes interleave. Update and Delete return when it has (or with
+// ErrStopTimeout after Options.StopTimeout). Calls through the fan-out
+// client that wait on a cluster (a cache that has not synced, an API server
+// that does not answer) return ErrClusterNotFound or ErrClusterNotReady as
+// soon as the cluster is deleted or restarted, whatever the caller's ctx.
+//
+// A member's credentials count as rejected on a 401, or a 403 on discovery
+// (which every authenticated user may read); the member is then Failed and
+// retried. A 403 on one kind is a missing RBAC rule: it is recorded in
+// Status, and the member's other controllers carry on.
 //
 // Members run only while the host Manager leads: with leader election on,
-// a standby Server keeps its members Pending until it takes over.
+// a standby Server keeps its members Pending until it takes over, and a
+// Server that loses its lease stops every member before Start returns.
 //
 // Member Managers serve no metrics, probes, pprof or webhooks of their own
-// and elect no leader. Webhooks registered in a setup on a member register
-// nothing; register them on GetHostManager. Controller names may repeat
-// across members (controller-runtime's process-wide uniqueness check is
-// skipped for them).
+// and elect no leader. On a member's Manager, AddHealthzCheck,
+// AddReadyzCheck and AddMetricsServerExtraHandler return an error, and
+// webhooks registered through GetWebhookServer are logged once and
+// ignored: register those on the Server itself (which forwards them to the
+// host Manager, as a kubebuilder main.go expects) or on GetHostManager.
+// Controller names may repeat across members (controller-runtime's
+// process-wide uniqueness check is skipped for them); two Servers in one
+// process still share controller-runtime's check for their host
+// controllers.
+//
+// Each member's Manager starts its runnables in controller-runtime's
+// order: caches first (and their initial sync), then runnables that need
+// no leader election, then controllers and the rest. Its
+// GracefulShutdownTimeout is the one in the ctrl.Options given to
+// NewServer, with controller-runtime's meaning (nil is 30s, zero does not
+// wait, negative waits as long as it takes).
 //
 // # Status and metrics
 //
@@ -59,7 +95,8 @@
 // next retry, failures and restarts. The same appears on the host metrics
 // endpoint as mccr_cluster_ready, mccr_cluster_time_to_ready_seconds,
 // mccr_cluster_failures_total and mccr_cluster_restarts_total, each with a
-// cluster label. controller-runtime's own controller metrics have no
+// cluster label; the counters exist at zero from Add on, and every series
+// of a cluster goes when it is deleted. controller-runtime's own controller metrics have no
 // cluster label: the same controller in every member adds to one series.
 //
 // The host's readyz and healthz checks are the user's own; the Server adds
@@ -69,5 +106,7 @@
 // # Feeding clusters
 //
 // Watch applies a configwatcher.ConfigWatcher (a kubeconfig file or
-// directory, KubeFedCluster objects, or your own) to the Server.
+// directory, KubeFedCluster objects, or your own) to the Server. Its events
+// never wait for a Manager to stop, so one cluster's slow drain delays no
+// other cluster.
 package server
