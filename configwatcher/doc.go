@@ -9,6 +9,13 @@
 //   - KubeFedWatcher watches KubeFedCluster objects and the Secrets they
 //     reference on a host cluster.
 //
+// The files of a watched directory are untrusted input: whoever can write
+// the directory must not be able to make the controller read files outside
+// it, run programs, or take over a cluster another file already serves.
+// FileWatcher applies the rules of package config (see FileWatcher and
+// docs/security.md); WithLoadOptions, AllowAuthPlugins and
+// AllowFileReferences lift them for trusted places.
+//
 // Server.Watch applies a watcher's events to a Server; a hand-written loop
 // over Events and Errors, as older multi-cluster libraries required, works
 // too. Any other source (a cluster inventory API, a database) fits behind the
