@@ -21,6 +21,7 @@ import (
 	"unsafe"
 
 	"github.com/go-logr/logr"
+
 	"github.com/mccr-dev/mccr/configwatcher"
 	"github.com/mccr-dev/mccr/server"
 	"github.com/mccr-dev/mccr/test"
