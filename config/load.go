@@ -154,9 +154,8 @@ func LoadConfigsFromConfigFile(path string, opts ...LoadOption) ([]*NamedConfig,
 // read as a kubeconfig.
 func CheckDirectoryEntry(path string, opts ...LoadOption) error {
 	o := newLoadOptions(opts)
-	fi, err := os.Lstat(path)
-	if err != nil || fi.Mode()&fs.ModeSymlink == 0 || o.AnyFileReferences {
-		return nil // not a link; reading it reports what is wrong
+	if fi, err := os.Lstat(path); o.AnyFileReferences || err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		return nil // not a link (or gone): reading it reports what is wrong
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -167,11 +166,12 @@ func CheckDirectoryEntry(path string, opts ...LoadOption) error {
 	if err != nil {
 		return &FileError{Path: path, Err: err}
 	}
-	real, err := filepath.EvalSymlinks(abs)
+	target, err := filepath.EvalSymlinks(abs)
 	if err != nil {
-		return &FileError{Path: path, Err: fmt.Errorf("%w: cannot be resolved: %v", ErrInvalidKubeconfig, bareFSError(err))}
+		// Not %w: a dangling link is not the file itself gone.
+		return &FileError{Path: path, Err: fmt.Errorf("%w: cannot be resolved: %v", ErrInvalidKubeconfig, bareFSError(err))} //nolint:errorlint // see above
 	}
-	if !within(real, allowed) {
+	if !within(target, allowed) {
 		return &FileError{Path: path, Err: fmt.Errorf("%w: the entry is a symlink that leads out of %s", ErrFileReferenceRefused, quoteIfOdd(dir))}
 	}
 	return nil

@@ -86,16 +86,18 @@ func checkFileReferences(dir string, cluster *clientcmdapi.Cluster, user *client
 		if r.set && !trusted {
 			return nil, fmt.Errorf("%w: both %s and %s are set", ErrInvalidKubeconfig, r.field, r.other)
 		}
-		real, err := filepath.EvalSymlinks(p)
+		resolved, err := filepath.EvalSymlinks(p)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s %s cannot be resolved: %v", ErrInvalidKubeconfig, r.field, quoteIfOdd(p), bareFSError(err))
+			// Not %w: a missing referenced file must not read as the
+			// kubeconfig itself gone (fs.ErrNotExist) to a watcher.
+			return nil, fmt.Errorf("%w: %s %s cannot be resolved: %v", ErrInvalidKubeconfig, r.field, quoteIfOdd(p), bareFSError(err)) //nolint:errorlint // see above
 		}
-		if !within(real, allowed) {
+		if !within(resolved, allowed) {
 			return nil, fmt.Errorf("%w: %s %s leads out of %s", ErrFileReferenceRefused, r.field, quoteIfOdd(p), quoteIfOdd(dir))
 		}
-		data, err := readReferenced(real, allowed)
+		data, err := readReferenced(resolved, allowed)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s %s %v", ErrInvalidKubeconfig, r.field, quoteIfOdd(p), err)
+			return nil, fmt.Errorf("%w: %s %s %v", ErrInvalidKubeconfig, r.field, quoteIfOdd(p), err) //nolint:errorlint // as above
 		}
 		if trusted {
 			continue
@@ -144,7 +146,7 @@ func allowedRoots(dir string, roots []string) ([]string, error) {
 		}
 		if err != nil {
 			if i == 0 {
-				return nil, fmt.Errorf("%w: resolving the kubeconfig's directory: %v", ErrInvalidKubeconfig, bareFSError(err))
+				return nil, fmt.Errorf("%w: resolving the kubeconfig's directory: %v", ErrInvalidKubeconfig, bareFSError(err)) //nolint:errorlint // as above
 			}
 			continue // a root that does not exist allows nothing
 		}
@@ -173,8 +175,8 @@ func within(p string, roots []string) bool {
 // may have been swapped since the path was resolved), and returns its
 // content. A file that yields more than the size it reports (a pseudo-file
 // of /proc) is refused. Errors never quote the content.
-func readReferenced(real string, roots []string) ([]byte, error) {
-	f, err := os.OpenFile(real, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+func readReferenced(resolved string, roots []string) ([]byte, error) {
+	f, err := os.OpenFile(resolved, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, bareFSError(err)
 	}

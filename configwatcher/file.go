@@ -531,12 +531,12 @@ func (w *FileWatcher) updateWatches(files []string) []error {
 	var problems []error
 	w.retryWatch = false
 	ws := watchSet{}
-	if real, err := ws.follow(w.root); err == nil {
-		if fi, err := os.Stat(real); err == nil && fi.IsDir() {
-			ws.all(real)
-			ws.entry(filepath.Dir(real), filepath.Base(real))
+	if resolved, err := ws.follow(w.root); err == nil {
+		if fi, err := os.Stat(resolved); err == nil && fi.IsDir() {
+			ws.all(resolved)
+			ws.entry(filepath.Dir(resolved), filepath.Base(resolved))
 		} else {
-			ws.all(filepath.Dir(real))
+			ws.all(filepath.Dir(resolved))
 		}
 	}
 	realRoot, _ := filepath.EvalSymlinks(w.root)
@@ -544,9 +544,9 @@ func (w *FileWatcher) updateWatches(files []string) []error {
 		if fi, err := os.Lstat(f); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
 			continue // in the root itself
 		}
-		real, err := ws.follow(f)
-		if err == nil && filepath.Dir(real) != realRoot {
-			ws.all(filepath.Dir(real))
+		resolved, err := ws.follow(f)
+		if err == nil && filepath.Dir(resolved) != realRoot {
+			ws.all(filepath.Dir(resolved))
 		}
 	}
 	desired := make([]string, 0, len(ws))
