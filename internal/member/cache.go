@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -35,12 +36,14 @@ type syncNotifyingCache struct {
 	// synced holds the object and list types whose informer has synced:
 	// reads of those cannot wait, and take the direct path.
 	synced sync.Map
+	// forbidden are the kinds the member may not read.
+	forbidden *forbiddenKinds
 
 	mu       sync.Mutex
 	checkers []toolscache.DoneChecker
 }
 
-func newSyncNotifyingCache(next cache.NewCacheFunc, lifetime context.Context) cache.NewCacheFunc {
+func newSyncNotifyingCache(next cache.NewCacheFunc, lifetime context.Context, forbidden *forbiddenKinds) cache.NewCacheFunc {
 	if next == nil {
 		next = cache.New
 	}
@@ -52,7 +55,7 @@ func newSyncNotifyingCache(next cache.NewCacheFunc, lifetime context.Context) ca
 		if err != nil {
 			return nil, err
 		}
-		return &syncNotifyingCache{Cache: c, lifetime: lifetime}, nil
+		return &syncNotifyingCache{Cache: c, lifetime: lifetime, forbidden: forbidden}, nil
 	}
 }
 
@@ -68,6 +71,9 @@ func (c *syncNotifyingCache) Get(ctx context.Context, key client.ObjectKey, obj 
 	if _, ok := c.synced.Load(t); ok {
 		return c.Cache.Get(ctx, key, obj, opts...)
 	}
+	if err := c.readable(t); err != nil {
+		return err
+	}
 	return c.waitingRead(ctx, t, func(ctx context.Context) error { return c.Cache.Get(ctx, key, obj, opts...) })
 }
 
@@ -77,7 +83,34 @@ func (c *syncNotifyingCache) List(ctx context.Context, list client.ObjectList, o
 	if _, ok := c.synced.Load(t); ok {
 		return c.Cache.List(ctx, list, opts...)
 	}
+	if err := c.readable(itemType(t)); err != nil {
+		return err
+	}
 	return c.waitingRead(ctx, t, func(ctx context.Context) error { return c.Cache.List(ctx, list, opts...) })
+}
+
+// readable refuses a read of a kind the member may not list: its informer
+// cannot sync, and the read would wait for as long as the member lives.
+func (c *syncNotifyingCache) readable(t reflect.Type) error {
+	if t == nil || !c.forbidden.has(t.String()) {
+		return nil
+	}
+	return apierrors.NewForbidden(schema.GroupResource{Resource: t.String()}, "", errForbiddenKind)
+}
+
+var errForbiddenKind = errors.New("the member cluster's identity may not list or watch this kind, so it is not cached; grant the RBAC rule and it is read again")
+
+// itemType is the type of the items of a typed list (*v1.Secret for
+// *v1.SecretList), as reflectors describe their kind; nil when unknown.
+func itemType(list reflect.Type) reflect.Type {
+	if list.Kind() != reflect.Pointer || list.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	f, ok := list.Elem().FieldByName("Items")
+	if !ok || f.Type.Kind() != reflect.Slice {
+		return nil
+	}
+	return reflect.PointerTo(f.Type.Elem())
 }
 
 // errMemberStopped ends a read that waited on a member that stopped.

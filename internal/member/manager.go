@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -160,17 +162,28 @@ type BuildOptions struct {
 // it. Its cache tells WaitForSync by notification when it has synced, and
 // holds reads made before it started until it has.
 func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
+	lifetime := opts.Lifetime
+	if lifetime == nil {
+		lifetime = context.Background()
+	}
+	forbidden := newForbiddenKinds()
 	cl, err := cluster.New(cfg, func(co *cluster.Options) {
 		co.Logger = opts.Logger
 		if opts.Cluster != nil {
 			opts.Cluster(co)
 		}
-		lifetime := opts.Lifetime
-		if lifetime == nil {
-			lifetime = context.Background()
+		co.Cache.NewInformer = newInformerFunc(co.Cache.NewInformer, lifetime, forbidden)
+		next := co.Cache.DefaultWatchErrorHandler
+		if next == nil {
+			next = toolscache.DefaultWatchErrorHandler
 		}
-		co.Cache.NewInformer = newInformerFunc(co.Cache.NewInformer, lifetime)
-		co.NewCache = newSyncNotifyingCache(co.NewCache, lifetime)
+		co.Cache.DefaultWatchErrorHandler = func(ctx context.Context, r *toolscache.Reflector, err error) {
+			if apierrors.IsForbidden(err) {
+				forbidden.forbid(r.TypeDescription())
+			}
+			next(ctx, r, err)
+		}
+		co.NewCache = newSyncNotifyingCache(co.NewCache, lifetime, forbidden)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating cluster: %w", err)
