@@ -82,7 +82,7 @@ func TestUnsyncableReadEndsWithLifetime(t *testing.T) {
 		// its REST mapper knows the core group already.
 		warm bool
 	}{
-		{"forbidden", func(s *fakeapi.Server) { s.Forbid("secrets") }, false},
+		{"unauthorized", func(s *fakeapi.Server) { s.SetUnauthorized(true) }, true},
 		{"hang after discovery", func(s *fakeapi.Server) { s.Hang(true) }, true},
 		// The first read of a kind asks the server for the core group's
 		// resources (the REST mapper is lazy), with no ctx.
@@ -138,6 +138,39 @@ func TestUnsyncableReadEndsWithLifetime(t *testing.T) {
 				t.Errorf("Start = %v", err)
 			}
 		})
+	}
+}
+
+// TestForbiddenReadFails: a read of a kind the member may not list fails
+// with a Forbidden error instead of waiting for as long as the member
+// lives; the first read of the kind (the one that makes its informer)
+// included.
+func TestForbiddenReadFails(t *testing.T) {
+	leakCheck(t)
+	s := newFake(t, configMap("a", "x"), secret("a", "s"))
+	m := build(t, s, BuildOptions{})
+	r := run(t, m)
+	if !m.WaitForSync(syncCtx(t)) {
+		t.Fatal("WaitForSync = false")
+	}
+	s.Forbid("secrets")
+	for i := range 2 {
+		done := make(chan error, 1)
+		go func() {
+			done <- m.GetCache().Get(context.Background(), client.ObjectKey{Namespace: "a", Name: "s"}, &corev1.Secret{})
+		}()
+		select {
+		case err := <-done:
+			if !apierrors.IsForbidden(err) {
+				t.Errorf("read %d of a forbidden kind = %v, want Forbidden", i+1, err)
+			}
+		case <-time.After(5 * time.Second):
+			s.Close()
+			t.Fatalf("read %d of a forbidden kind did not return within 5s", i+1)
+		}
+	}
+	if err := r.stop(t); err != nil {
+		t.Errorf("Start = %v", err)
 	}
 }
 

@@ -435,8 +435,8 @@ func TestControllerReconcilesAndWaitForSync(t *testing.T) {
 }
 
 // TestWaitForSyncEndsWithCtx: WaitForSync returns false once its ctx ends
-// if the controller cannot warm up: its informer's list is forbidden, or
-// the server hangs from the start (so the informer's first discovery
+// if the controller cannot warm up: the server refuses its token, or it
+// hangs from the start (so the informer's first discovery
 // request, which controller-runtime makes holding its informer map's lock
 // and without a ctx, never returns).
 func TestWaitForSyncEndsWithCtx(t *testing.T) {
@@ -444,7 +444,7 @@ func TestWaitForSyncEndsWithCtx(t *testing.T) {
 		name  string
 		fault func(*fakeapi.Server)
 	}{
-		{"forbidden", func(s *fakeapi.Server) { s.Forbid("configmaps") }},
+		{"unauthorized", func(s *fakeapi.Server) { s.SetUnauthorized(true) }},
 		{"hang", func(s *fakeapi.Server) { s.Hang(true) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
