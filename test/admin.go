@@ -57,18 +57,20 @@ func (c *Cluster) AdminClient(tb testing.TB) client.Client {
 // behind. A client AdminClient returned before is unusable afterwards; the
 // next AdminClient call makes a new one.
 func (f *Fleet) CloseConnections() {
-	for _, c := range f.Clusters {
-		if c == nil {
-			continue
+	for _, c := range f.snapshot() {
+		if c != nil {
+			c.admin.close()
 		}
-		a := &c.admin
-		a.mu.Lock()
-		if a.conns != nil {
-			a.conns.Close()
-		}
-		a.client, a.conns = nil, nil
-		a.mu.Unlock()
 	}
+}
+
+func (a *adminClient) close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.conns != nil {
+		a.conns.Close()
+	}
+	a.client, a.conns = nil, nil
 }
 
 // CreateNamespace creates the namespace name in every cluster of the fleet,
@@ -77,7 +79,7 @@ func (f *Fleet) CloseConnections() {
 // controller under test usually caches one namespace in every member.
 func (f *Fleet) CreateNamespace(tb testing.TB, name string) {
 	tb.Helper()
-	for _, c := range f.Clusters {
+	for _, c := range f.snapshot() {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		if err := c.AdminClient(tb).Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
 			tb.Fatalf("test: creating namespace %s in cluster %s: %v", name, c.Name, err)

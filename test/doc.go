@@ -23,19 +23,59 @@
 //		test.Eventually(t, 10*time.Second, "east reconciled", func() bool { ... })
 //	}
 //
+// A package whose tests share one fleet (API servers are the expensive
+// part: 2–3 s to start and some 300 MiB each) starts it with Main:
+//
+//	var fleet *test.Fleet
+//
+//	func TestMain(m *testing.M) {
+//		test.Main(m, &fleet, test.Options{}, "host", "east", "west")
+//	}
+//
+// and each test works in names or namespaces of its own (NamespaceName,
+// Fleet.CreateNamespace). A running fleet grows and shrinks: Fleet.Add
+// starts more clusters (a test that needs one of its own), Fleet.Remove
+// stops one. Clusters are stopped with the fleet unless removed before.
+// Test cleanups run last-registered first, so create a fleet (NewFleet)
+// before whatever uses it (Run), and it stops after it.
+//
 // Around the fleet, the kit has what tests of controllers on it keep
 // needing: Eventually to wait for what must happen, Run to start a Server or
 // Manager for the rest of a test, Cluster.AdminClient to set up and check
 // objects (Fleet.CloseConnections before a leak check),
 // Fleet.CreateNamespace and NamespaceName for a namespace per test,
 // ServiceAccountToken for a member's credentials, JoinKubeFed to join a
-// member the way kubefedctl does, and FirstReconcile to know when a
-// cluster's controllers are at work.
+// member the way kubefedctl does (KubeFedCRDPath has the CRD it needs), and
+// FirstReconcile to know when a cluster's controllers are at work.
+//
+// # Controller names
+//
+// controller-runtime refuses a second controller of the same name in one
+// process ("controller with name X already exists"). A Server runs the same
+// setups in every member and lifts that check for its members' Managers,
+// but not for its host Manager: two Servers in one test binary (two tests,
+// or one test run twice with -count) that register host controllers of
+// the same name collide. Give each test's host controllers a name of its
+// own (builder's Named), or set Controller.SkipNameValidation in the
+// ctrl.Options of Servers built by tests. Member controllers need neither.
+//
+// # Processes
 //
 // The binaries come from KUBEBUILDER_ASSETS (or Options.BinaryAssetsDirectory).
 // In the mccr repository `make kubebins` builds them from Go modules; in your
 // own project point KUBEBUILDER_ASSETS at any kube-apiserver and etcd. When
 // they are missing, Start fails with a message that says so.
+//
+// On Linux the API servers and etcds of a fleet die with the process that
+// started them, however it ends (SIGKILL, go test -timeout, a panic): each
+// is started through a small shim, the running executable itself under the
+// binary's name, which arms the kernel's parent-death signal and execs the
+// real binary. The shim also records each kube-apiserver's pid and command
+// line, which Cluster.StopAPIServer and StartAPIServer use to crash and
+// restart it; and Stop kills a test API server outright instead of waiting
+// for a graceful shutdown. Elsewhere (macOS) the fleet works the same, but
+// a killed test binary leaves its API servers running and StopAPIServer
+// returns ErrFaultInjectionUnsupported. The kit never reads /proc.
 //
 // The fleet itself does not need the testing package: Start and Fleet.Stop
 // work from a plain program, which is how `make demo` runs its fleet.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -62,14 +63,27 @@ func (o *Options) defaults() {
 	}
 }
 
-// Fleet is a set of running API servers.
+// ErrFleetStopped is returned by Add once the fleet is stopped.
+var ErrFleetStopped = errors.New("test: fleet is stopped")
+
+// Fleet is a set of running API servers. Clusters can be added to a
+// running fleet and removed from it.
 type Fleet struct {
-	// Clusters in the order their names were given.
+	// Clusters in the order they were started (for each Start or Add, in
+	// the order the names were given). Add and Remove replace the slice
+	// rather than change it, so a slice read before stays as it was; read
+	// the field again (or use Cluster) after them, not concurrently.
 	Clusters []*Cluster
 	// Dir holds one kubeconfig file per cluster, <name>.kubeconfig.
 	Dir string
 
-	ownDir   bool
+	opts   Options
+	ownDir bool
+
+	mu       sync.Mutex
+	starting map[string]bool // names being started by Add
+	stopped  bool
+
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -92,20 +106,14 @@ type Cluster struct {
 }
 
 // Start starts one API server per name, in parallel, and writes their
-// kubeconfig files. On error, whatever was started is stopped again.
+// kubeconfig files. On error, whatever was started is stopped again. With
+// no names, the fleet starts empty; Add starts clusters later.
 func Start(opts Options, names ...string) (*Fleet, error) {
 	opts.defaults()
 	if err := checkBinaries(opts.BinaryAssetsDirectory); err != nil {
 		return nil, err
 	}
-	seen := map[string]bool{}
-	for _, n := range names {
-		if n == "" || seen[n] {
-			return nil, fmt.Errorf("test: cluster names must be unique and non-empty, got %q", names)
-		}
-		seen[n] = true
-	}
-	f := &Fleet{Dir: opts.Dir}
+	f := &Fleet{Dir: opts.Dir, opts: opts, starting: map[string]bool{}}
 	if f.Dir == "" {
 		dir, err := os.MkdirTemp("", "mccr-fleet-")
 		if err != nil {
@@ -115,28 +123,19 @@ func Start(opts Options, names ...string) (*Fleet, error) {
 	} else if err := os.MkdirAll(f.Dir, 0o700); err != nil {
 		return nil, err
 	}
-
-	f.Clusters = make([]*Cluster, len(names))
-	errs := make([]error, len(names))
-	sem := make(chan struct{}, opts.MaxParallel)
-	var wg sync.WaitGroup
-	for i, name := range names {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			f.Clusters[i], errs[i] = startCluster(name, f.Dir, opts)
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		_ = f.Stop()
-		return nil, err
+	if _, err := f.Add(names...); err != nil {
+		return nil, errors.Join(err, f.Stop())
 	}
 	return f, nil
 }
 
 // NewFleet is Start for tests: it fails tb on error and stops the fleet when
 // the test (or benchmark) ends.
+//
+// Cleanups run last-registered first: create the fleet before whatever
+// uses it (a Server started with Run, say), so that it is stopped after
+// them. Clusters added later with Add are stopped with the fleet, so they
+// too outlive what the test started after the fleet.
 func NewFleet(tb testing.TB, opts Options, names ...string) *Fleet {
 	tb.Helper()
 	f, err := Start(opts, names...)
@@ -151,8 +150,100 @@ func NewFleet(tb testing.TB, opts Options, names ...string) *Fleet {
 	return f
 }
 
+// Add starts one more API server per name, in parallel, on a fleet that
+// may be running already, and returns the new clusters once all are up.
+// Names must be new to the fleet. On error, the clusters this call started
+// are stopped again and none is added. Clusters added here are stopped by
+// Stop (or NewFleet's cleanup) with the others, or earlier by Remove.
+func (f *Fleet) Add(names ...string) ([]*Cluster, error) {
+	if err := f.reserve(names); err != nil {
+		return nil, err
+	}
+	added := make([]*Cluster, len(names))
+	errs := make([]error, len(names))
+	sem := make(chan struct{}, f.opts.MaxParallel)
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			added[i], errs[i] = startCluster(name, f.Dir, f.opts)
+		})
+	}
+	wg.Wait()
+
+	f.mu.Lock()
+	for _, n := range names {
+		delete(f.starting, n)
+	}
+	err := errors.Join(errs...)
+	if err == nil && f.stopped {
+		err = ErrFleetStopped
+	}
+	if err == nil {
+		// A new slice: one read before Add stays as it was.
+		f.Clusters = append(slices.Clip(f.Clusters), added...)
+	}
+	f.mu.Unlock()
+	if err != nil {
+		return nil, errors.Join(err, stopClusters(added))
+	}
+	return added, nil
+}
+
+// reserve checks that names are new and not empty, and marks them as being
+// started.
+func (f *Fleet) reserve(names []string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return ErrFleetStopped
+	}
+	seen := map[string]bool{}
+	for _, n := range names {
+		if n == "" || seen[n] || f.starting[n] || f.cluster(n) != nil {
+			return fmt.Errorf("test: cluster names must be unique and non-empty, got %q (fleet has %q)", names, f.names())
+		}
+		seen[n] = true
+	}
+	for _, n := range names {
+		f.starting[n] = true
+	}
+	return nil
+}
+
+// Remove stops the named cluster (its admin client's connections first,
+// then its API server and etcd) and removes it and its kubeconfig file from
+// the fleet. Stop what still uses the cluster first, or expect it to see
+// the cluster go away, as when a real cluster is lost.
+func (f *Fleet) Remove(name string) error {
+	f.mu.Lock()
+	c := f.cluster(name)
+	if c == nil || f.stopped {
+		f.mu.Unlock()
+		return fmt.Errorf("test: fleet has no cluster %q", name)
+	}
+	f.Clusters = slices.DeleteFunc(slices.Clone(f.Clusters), func(x *Cluster) bool { return x == c })
+	f.mu.Unlock()
+	c.admin.close()
+	return errors.Join(c.stop(), os.Remove(c.KubeconfigPath))
+}
+
 // Cluster returns the cluster with the given name, or nil.
 func (f *Fleet) Cluster(name string) *Cluster {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cluster(name)
+}
+
+// snapshot returns the clusters as of now.
+func (f *Fleet) snapshot() []*Cluster {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.Clusters
+}
+
+func (f *Fleet) cluster(name string) *Cluster {
 	for _, c := range f.Clusters {
 		if c != nil && c.Name == name {
 			return c
@@ -161,8 +252,18 @@ func (f *Fleet) Cluster(name string) *Cluster {
 	return nil
 }
 
+func (f *Fleet) names() []string {
+	out := make([]string, 0, len(f.Clusters))
+	for _, c := range f.Clusters {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
 // Configs returns every cluster's NamedConfig.
 func (f *Fleet) Configs() []*config.NamedConfig {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	out := make([]*config.NamedConfig, 0, len(f.Clusters))
 	for _, c := range f.Clusters {
 		out = append(out, c.Named)
@@ -172,26 +273,35 @@ func (f *Fleet) Configs() []*config.NamedConfig {
 
 // Stop closes the connections of the admin clients, stops every API server
 // in parallel and removes files the fleet created. It is safe to call more
-// than once.
+// than once. A running Add fails with ErrFleetStopped and stops what it
+// started.
 func (f *Fleet) Stop() error {
 	f.stopOnce.Do(func() {
 		f.CloseConnections()
-		errs := make([]error, len(f.Clusters))
-		var wg sync.WaitGroup
-		for i, c := range f.Clusters {
-			if c == nil {
-				continue
-			}
-			wg.Go(func() { errs[i] = c.stop() })
-		}
-		wg.Wait()
-		err := errors.Join(errs...)
+		f.mu.Lock()
+		f.stopped = true
+		clusters := f.Clusters
+		f.mu.Unlock()
+		err := stopClusters(clusters)
 		if f.ownDir {
 			err = errors.Join(err, os.RemoveAll(f.Dir))
 		}
 		f.stopErr = err
 	})
 	return f.stopErr
+}
+
+func stopClusters(clusters []*Cluster) error {
+	errs := make([]error, len(clusters))
+	var wg sync.WaitGroup
+	for i, c := range clusters {
+		if c == nil {
+			continue
+		}
+		wg.Go(func() { errs[i] = c.stop() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // Client returns a new uncached controller-runtime client for the cluster,
@@ -201,36 +311,54 @@ func (c *Cluster) Client(opts client.Options) (client.Client, error) {
 }
 
 func startCluster(name, dir string, opts Options) (*Cluster, error) {
+	// The processes start from a directory of their own holding the
+	// shim (see shim_linux.go), which also records their pids.
+	binDir, err := prepareShim(filepath.Join(dir, ".bin", name), opts.BinaryAssetsDirectory)
+	if err != nil {
+		return nil, fmt.Errorf("test: cluster %q: %w", name, err)
+	}
+	assets := opts.BinaryAssetsDirectory
+	if binDir != "" {
+		assets = binDir
+	}
 	env := &envtest.Environment{
-		BinaryAssetsDirectory:    opts.BinaryAssetsDirectory,
+		// Paths, not just the directory: envtest prefers
+		// KUBEBUILDER_ASSETS over BinaryAssetsDirectory.
+		ControlPlane: envtest.ControlPlane{
+			APIServer: &envtest.APIServer{Path: filepath.Join(assets, "kube-apiserver")},
+			Etcd:      &envtest.Etcd{Path: filepath.Join(assets, "etcd")},
+		},
+		BinaryAssetsDirectory:    assets,
 		CRDDirectoryPaths:        opts.CRDPaths,
 		CRDs:                     opts.CRDs,
 		ErrorIfCRDPathMissing:    true,
 		ControlPlaneStartTimeout: opts.StartTimeout,
 		ControlPlaneStopTimeout:  30 * time.Second,
 	}
+	c := &Cluster{Name: name, Env: env}
+	c.proc.shimDir = binDir
 	cfg, err := env.Start()
 	if err != nil {
-		// A failed start can leave a process behind; Stop takes it down.
-		return nil, errors.Join(fmt.Errorf("test: starting API server for cluster %q: %w", name, err), env.Stop())
+		// A failed start can leave a process behind; stop takes it down.
+		return nil, errors.Join(fmt.Errorf("test: starting API server for cluster %q: %w", name, err), c.stop())
 	}
 	cfg = rest.CopyConfig(cfg)
 	path := filepath.Join(dir, name+".kubeconfig")
 	if err := WriteKubeconfig(path, name, cfg); err != nil {
-		return nil, errors.Join(err, env.Stop())
+		return nil, errors.Join(err, c.stop())
 	}
 	named := config.NewNamedConfig(name, cfg)
 	named.Source = config.Source{File: path, Context: name}
-	c := &Cluster{Name: name, Config: cfg, Named: named, KubeconfigPath: path, Env: env}
-	if err := c.proc.find(env); err != nil {
-		return nil, errors.Join(err, env.Stop())
-	}
+	c.Config, c.Named, c.KubeconfigPath = cfg, named, path
 	return c, nil
 }
 
 func (c *Cluster) stop() error {
-	// A restarted API server is ours, not envtest's, to stop.
-	return errors.Join(c.proc.stopRestarted(), c.Env.Stop())
+	errs := []error{c.proc.stopFast(), ignoreGone(c.Env.Stop())}
+	if c.proc.shimDir != "" {
+		errs = append(errs, os.RemoveAll(c.proc.shimDir))
+	}
+	return errors.Join(errs...)
 }
 
 // WriteKubeconfig writes a kubeconfig file with a single context named name

@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	ctrl "sigs.k8s.io/controller-runtime"
-
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,22 +23,15 @@ import (
 var fleet *test.Fleet
 
 func TestMain(m *testing.M) {
-	// envtest logs through controller-runtime's logger; without one it
-	// prints a warning into the middle of benchmark output.
-	ctrl.SetLogger(logr.Discard())
+	if os.Getenv(helperFleetEnv) != "" {
+		helperFleet()
+		return
+	}
 	crds, err := test.KubeFedCRDPath()
 	if err != nil {
 		panic(err)
 	}
-	fleet, err = test.Start(test.Options{CRDPaths: []string{crds}}, "one", "two", "three")
-	if err != nil {
-		panic(err)
-	}
-	code := m.Run()
-	if err := fleet.Stop(); err != nil {
-		panic(err)
-	}
-	os.Exit(code)
+	test.Main(m, &fleet, test.Options{CRDPaths: []string{crds}}, "one", "two", "three")
 }
 
 func TestEachClusterHoldsOnlyItsOwnObjects(t *testing.T) {

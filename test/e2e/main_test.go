@@ -3,9 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"github.com/go-logr/logr"
-	"os"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,20 +19,9 @@ var fleet *test.Fleet
 var members = []string{"a", "b", "c"}
 
 func TestMain(m *testing.M) {
-	// A program sets its logger; without one, controller-runtime's
+	// Main also sets a discarding logger: without one, controller-runtime's
 	// delegating logger keeps every logger it hands out in memory.
-	ctrl.SetLogger(logr.Discard())
-	var err error
-	fleet, err = test.Start(test.Options{}, append([]string{"host"}, members...)...)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := fleet.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
+	test.Main(m, &fleet, test.Options{}, append([]string{"host"}, members...)...)
 }
 
 // adminClient is the test's own (uncached) client for a cluster; see
@@ -57,7 +43,7 @@ func namespace(t testing.TB, name string) string {
 func configMaps(t testing.TB, cluster, ns string, n int) {
 	t.Helper()
 	cl := adminClient(t, cluster)
-	for i := 0; i < n; i++ {
+	for i := range n {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i), Namespace: ns}}
 		if err := cl.Create(context.Background(), cm); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
