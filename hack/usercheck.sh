@@ -12,9 +12,9 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 module=$(cd "$repo" && $GO list -m)
 goversion=$(cd "$repo" && $GO mod edit -json | sed -n 's/^[[:space:]]*"Go": "\(.*\)",*$/\1/p')
 
-# Public: every non-main package outside internal/, hack/, sample/ and the
+# Public: every non-main package with non-test files, outside internal/, hack/, sample/ and the
 # project's own end-to-end suites.
-mapfile -t pkgs < <(cd "$repo" && $GO list -e -f '{{if ne .Name "main"}}{{.ImportPath}}{{end}}' ./... |
+mapfile -t pkgs < <(cd "$repo" && $GO list -e -f '{{if and (ne .Name "main") .GoFiles}}{{.ImportPath}}{{end}}' ./... |
 	grep -v -e '/internal\(/\|$\)' -e '/hack/' -e '/sample\(/\|$\)' -e '/test/e2e' | sort)
 if [ ${#pkgs[@]} -eq 0 ]; then
 	echo "usercheck: no public packages found" >&2
