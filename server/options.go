@@ -89,11 +89,6 @@ func memberOptions(o ctrl.Options) ctrl.Options {
 	// The same SetupWithManager runs once per member, so the same
 	// controller name exists once per member in this process.
 	o.Controller.SkipNameValidation = ptr.To(true)
-	// Controllers start their sources in a warm-up step, which tells the
-	// member when every controller has synced.
-	if o.Controller.EnableWarmup == nil {
-		o.Controller.EnableWarmup = ptr.To(true)
-	}
 	// controller-runtime's priority queue runs five goroutines per
 	// controller; its ordering (fresh events before the initial list) pays
 	// off for very large caches. In a member of a fleet the classic queue,

@@ -71,7 +71,7 @@ func (c *syncNotifyingCache) Get(ctx context.Context, key client.ObjectKey, obj 
 	if _, ok := c.synced.Load(t); ok {
 		return c.Cache.Get(ctx, key, obj, opts...)
 	}
-	if err := c.readable(t); err != nil {
+	if err := c.readable(readType(t)); err != nil {
 		return err
 	}
 	return c.waitingRead(ctx, t, func(ctx context.Context) error { return c.Cache.Get(ctx, key, obj, opts...) })
@@ -83,7 +83,7 @@ func (c *syncNotifyingCache) List(ctx context.Context, list client.ObjectList, o
 	if _, ok := c.synced.Load(t); ok {
 		return c.Cache.List(ctx, list, opts...)
 	}
-	if err := c.readable(itemType(t)); err != nil {
+	if err := c.readable(readType(t)); err != nil {
 		return err
 	}
 	return c.waitingRead(ctx, t, func(ctx context.Context) error { return c.Cache.List(ctx, list, opts...) })
@@ -99,6 +99,14 @@ func (c *syncNotifyingCache) readable(t reflect.Type) error {
 }
 
 var errForbiddenKind = errors.New("the member cluster's identity may not list or watch this kind, so it is not cached; grant the RBAC rule and it is read again")
+
+// readType is the kind a read of type t (an object or a list) is about.
+func readType(t reflect.Type) reflect.Type {
+	if it := itemType(t); it != nil {
+		return it
+	}
+	return t
+}
 
 // itemType is the type of the items of a typed list (*v1.Secret for
 // *v1.SecretList), as reflectors describe their kind; nil when unknown.
@@ -122,6 +130,11 @@ func (c *syncNotifyingCache) waitingRead(ctx context.Context, t reflect.Type, re
 	stop := context.AfterFunc(c.lifetime, func() { cancel(errMemberStopped) })
 	defer stop()
 	err := untilStarted(rctx, func() error { return read(rctx) })
+	// The kind may have turned out forbidden while the read waited: its
+	// informer then counts as synced, and the read found an empty store.
+	if ferr := c.readable(readType(t)); ferr != nil {
+		return ferr
+	}
 	switch {
 	case err == nil:
 		// Typed objects only: one unstructured or metadata-only type
@@ -236,7 +249,16 @@ func (c *syncNotifyingCache) WaitForCacheSync(ctx context.Context) bool {
 			return false
 		}
 	}
-	return c.Cache.WaitForCacheSync(ctx)
+	// The underlying wait can block on the informer map's lock (held
+	// across a discovery request) without looking at ctx.
+	done := make(chan bool, 1)
+	go func() { done <- c.Cache.WaitForCacheSync(ctx) }()
+	select {
+	case ok := <-done:
+		return ok
+	case <-ctx.Done():
+		return false
+	}
 }
 
 type notifyingInformer struct {

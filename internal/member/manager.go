@@ -10,8 +10,10 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -134,6 +136,12 @@ func New(cl cluster.Cluster, opts Options) *Manager {
 	if opts.BaseContext == nil {
 		opts.BaseContext = context.Background
 	}
+	// WaitForSync learns that a controller has synced from its warm-up,
+	// so warm-up is always on. It changes nothing else here: warm-up only
+	// starts sources before leader election is won, and a member elects
+	// none. (A controller built with warm-up off in its own options counts
+	// as synced as soon as it starts.)
+	opts.Controller.EnableWarmup = ptr.To(true)
 	elected := make(chan struct{})
 	close(elected)
 	return &Manager{
@@ -167,10 +175,18 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 		lifetime = context.Background()
 	}
 	forbidden := newForbiddenKinds()
+	memberHC, mapperHC, err := httpClients(cfg, lifetime)
+	if err != nil {
+		return nil, fmt.Errorf("creating HTTP client: %w", err)
+	}
 	cl, err := cluster.New(cfg, func(co *cluster.Options) {
 		co.Logger = opts.Logger
+		co.HTTPClient = memberHC
 		if opts.Cluster != nil {
 			opts.Cluster(co)
+		}
+		if mp := co.MapperProvider; mp != nil {
+			co.MapperProvider = func(c *rest.Config, _ *http.Client) (meta.RESTMapper, error) { return mp(c, mapperHC) }
 		}
 		co.Cache.NewInformer = newInformerFunc(co.Cache.NewInformer, lifetime, forbidden)
 		next := co.Cache.DefaultWatchErrorHandler
@@ -306,12 +322,18 @@ func (m *Manager) Start(ctx context.Context) error {
 	defer unhook()
 
 	cacheDone := make(chan error, 1)
-	go func() { cacheDone <- m.Cluster.Start(cacheCtx) }()
+	cacheStopped := make(chan struct{})
+	go func() {
+		defer close(cacheStopped)
+		cacheDone <- m.Cluster.Start(cacheCtx)
+	}()
 	defer func() {
-		// Runnables that outlived the graceful shutdown timeout still
-		// count: the Manager has stopped only once they return.
+		// Runnables and a cache that outlived the graceful shutdown
+		// timeout still count: the Manager has stopped only once they
+		// return.
 		go func() {
 			m.wg.Wait()
+			<-cacheStopped
 			close(m.stopped)
 		}()
 	}()
@@ -319,15 +341,28 @@ func (m *Manager) Start(ctx context.Context) error {
 		defer m.wg.Done()
 		m.startInOrder(runCtx)
 	}()
-	cacheErr := <-cacheDone
-	end() // the cache stopped by itself (an error) or because of the shutdown
-	<-shutdownDone
+	var cacheErr error
+	select {
+	case cacheErr = <-cacheDone:
+		end() // the cache stopped by itself (an error)
+		<-shutdownDone
+	case <-endCtx.Done():
+		<-shutdownDone
+		// The cache was told to stop; like controller-runtime, wait for it
+		// only as long as the graceful shutdown timeout allows.
+		cacheErr = m.waitCache(cacheDone, timeout, forever)
+	}
 	var err error
 	select {
 	case err = <-m.errs:
 	default:
 	}
-	if cacheErr != nil && cacheCtx.Err() == nil {
+	switch {
+	case errors.Is(cacheErr, ErrShutdownTimeout):
+		if shutdownErr == nil {
+			shutdownErr = ErrShutdownTimeout
+		}
+	case cacheErr != nil && cacheCtx.Err() == nil:
 		err = errors.Join(err, fmt.Errorf("cache: %w", cacheErr))
 	}
 	return errors.Join(err, shutdownErr)
@@ -361,6 +396,24 @@ func (m *Manager) startInOrder(ctx context.Context) {
 				return
 			}
 		}
+	}
+}
+
+// waitCache waits for the cache to return after it was told to stop.
+func (m *Manager) waitCache(done <-chan error, timeout time.Duration, forever bool) error {
+	if forever {
+		return <-done
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		if timeout == 0 {
+			return nil
+		}
+		return ErrShutdownTimeout
 	}
 }
 

@@ -1,0 +1,72 @@
+package member
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// discoveryTimeout bounds each discovery request of a member's REST
+// mapper. controller-runtime's mapper asks for discovery with no context,
+// while holding its own lock and, through the cache, the informer map's:
+// against an API server that accepts connections and never answers, one
+// such request would otherwise block the member for good.
+const discoveryTimeout = 30 * time.Second
+
+// httpClients returns the HTTP client a member's cache and client use,
+// whose every request also ends when lifetime does, and the one for its
+// REST mapper. The mapper may be shared with other members of the same API
+// server and identity, so it must not die with this one: its requests are
+// bounded by discoveryTimeout instead.
+func httpClients(cfg *rest.Config, lifetime context.Context) (member, mapper *http.Client, err error) {
+	base, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	member = &http.Client{Transport: &lifetimeTransport{next: base.Transport, lifetime: lifetime}, Timeout: base.Timeout, Jar: base.Jar}
+	mapper = &http.Client{Transport: base.Transport, Timeout: discoveryTimeout, Jar: base.Jar}
+	if base.Timeout > 0 && base.Timeout < discoveryTimeout {
+		mapper.Timeout = base.Timeout
+	}
+	return member, mapper, nil
+}
+
+// lifetimeTransport ends each request (and the reading of its body, a
+// watch's stream among them) when the member's lifetime ends, whatever the
+// request's own context.
+type lifetimeTransport struct {
+	next     http.RoundTripper
+	lifetime context.Context
+}
+
+func (t *lifetimeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancelCause(req.Context())
+	stop := context.AfterFunc(t.lifetime, func() { cancel(errMemberStopped) })
+	resp, err := t.next.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		stop()
+		cancel(nil)
+		return nil, err
+	}
+	resp.Body = &releasingBody{ReadCloser: resp.Body, release: func() { stop(); cancel(nil) }}
+	return resp, nil
+}
+
+// WrappedRoundTripper lets client-go's helpers see through the wrapper.
+func (t *lifetimeTransport) WrappedRoundTripper() http.RoundTripper { return t.next }
+
+type releasingBody struct {
+	io.ReadCloser
+	once    sync.Once
+	release func()
+}
+
+func (b *releasingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.release)
+	return err
+}
