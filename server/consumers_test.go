@@ -240,7 +240,7 @@ func TestConcurrentConsumersDuringChurn(t *testing.T) {
 	for _, f := range fakes {
 		f.Close()
 	}
-	goleak.VerifyNone(t, ignore)
+	verifyNoLeaks(t, ignore)
 }
 
 // selfSignedCA returns the PEM of a new CA certificate that signed nothing

@@ -38,7 +38,7 @@ func TestNoGoroutineLeftAfterStartReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleet.CloseConnections()
-	goleak.VerifyNone(t, ignore)
+	verifyNoLeaks(t, ignore)
 	for _, st := range r.srv.Statuses() {
 		if st.Phase != server.PhaseStopped {
 			t.Errorf("%s is %s after Start returned", st.Name, st.Phase)
