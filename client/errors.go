@@ -14,22 +14,24 @@ var (
 	// derive one with known.WithCluster.
 	ErrNoClusterInContext = errors.New("no cluster in context: pick one with known.WithCluster(ctx, name) (the ctx mccr passes to Reconcile already names its cluster)")
 
-	// ErrClusterNotFound: the named cluster is not part of the fleet.
+	// ErrClusterNotFound is returned for a cluster that is not part of the
+	// fleet, or left it during the call.
 	ErrClusterNotFound = errors.New("cluster not found")
 
-	// ErrClusterNotReady: the named cluster is part of the fleet but its
-	// caches are not (or no longer) synced; see the Server's status for why.
+	// ErrClusterNotReady is returned for a cluster that is part of the
+	// fleet but has no running Manager (starting, failed, or restarted
+	// during the call); see the Server's status for why.
 	ErrClusterNotReady = errors.New("cluster not ready")
 
-	// ErrClusterUnreachable: the named cluster is Ready but its API server
-	// cannot be reached, so its cache may be out of date. Only a
-	// fleet-wide List reports it; calls aimed at the cluster alone still
-	// go to it (reads answer from its cache, writes fail as the API server
-	// is down).
+	// ErrClusterUnreachable is reported for a cluster that is Ready but
+	// whose API server cannot be reached, so its cache may be out of date.
+	// Only a fleet-wide List reports it; calls aimed at the cluster alone
+	// still go to it (reads answer from its cache, writes fail as the API
+	// server is down).
 	ErrClusterUnreachable = errors.New("cluster unreachable, its cache may be out of date")
 
-	// ErrFleetPagination: a fleet-wide List cannot page (Limit/Continue);
-	// list one cluster at a time for that.
+	// ErrFleetPagination is returned by a fleet-wide List with Limit or
+	// Continue, which it cannot honour; list one cluster at a time to page.
 	ErrFleetPagination = errors.New("fleet-wide List does not support Limit or Continue: list each cluster with known.WithCluster to page")
 )
 
