@@ -83,6 +83,7 @@ func TestKubeFed(t *testing.T) {
 	t.Run("SecretLate", env.testSecretLate)
 	t.Run("SecretWithoutToken", env.testSecretWithoutToken)
 	t.Run("RequireReady", env.testRequireReady)
+	t.Run("RelaxedTLSThroughServer", env.testRelaxedTLSThroughServer)
 	t.Run("CRDMissing", env.testCRDMissing)
 	t.Run("Stop", env.testStop)
 }
