@@ -231,7 +231,7 @@ func (c *cluster) setPhaseLocked(g *generation, p Phase, err error) {
 		c.status.Phase, c.status.Since = p, time.Now()
 	}
 	if err != nil {
-		c.status.LastError = err
+		c.status.LastError = config.RedactError(err)
 	}
 	c.series.ready(p == PhaseReady)
 }
@@ -301,7 +301,7 @@ func (c *cluster) recordError(g *generation, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if g == c.gen {
-		c.status.LastError = err
+		c.status.LastError = config.RedactError(err)
 	}
 }
 

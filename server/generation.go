@@ -117,6 +117,7 @@ func (g *generation) run() {
 		if g.ctx.Err() != nil {
 			return
 		}
+		err = config.RedactError(err)
 		if errors.Is(err, errReconnected) {
 			continue
 		}
@@ -434,6 +435,7 @@ func (g *generation) watchOutage(end *stopper) {
 		switch {
 		case err != nil && !down:
 			down = true
+			err = config.RedactError(err)
 			g.c.unreachable(g, err)
 			g.log.Error(err, "cluster unreachable; serving from cache until it answers")
 		case err == nil && down:

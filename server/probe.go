@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"reflect"
 	"runtime"
 	"strings"
@@ -17,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/mccr-dev/mccr/config"
 )
 
 // probe checks, before a Manager is built, that the API server answers and
@@ -28,31 +29,17 @@ func probe(ctx context.Context, cfg *rest.Config, timeout time.Duration) error {
 	c.NegotiatedSerializer = serializer.WithoutConversionCodecFactory{CodecFactory: scheme.Codecs}
 	rc, err := rest.UnversionedRESTClientFor(c)
 	if err != nil {
-		return fmt.Errorf("building probe client: %w", err)
+		return config.RedactError(fmt.Errorf("building probe client: %w", err))
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := rc.Get().AbsPath("/api").Do(pctx).Error(); err != nil {
 		if apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
-			return fmt.Errorf("API server %s rejected the credentials: %w", hostForLog(cfg.Host), err)
+			return fmt.Errorf("API server %s rejected the credentials: %w", config.RedactURL(cfg.Host), err)
 		}
-		return fmt.Errorf("API server %s unreachable: %w", hostForLog(cfg.Host), err)
+		return fmt.Errorf("API server %s unreachable: %w", config.RedactURL(cfg.Host), err)
 	}
 	return nil
-}
-
-// hostForLog is a config's host without any user information a URL may
-// carry (https://user:password@host).
-func hostForLog(host string) string {
-	u, err := url.Parse(host)
-	if err != nil || u.User == nil {
-		if i := strings.LastIndex(host, "@"); i >= 0 {
-			return host[i+1:]
-		}
-		return host
-	}
-	u.User = nil
-	return u.String()
 }
 
 func isConnectionError(err error) bool {

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/configwatcher"
 )
 
@@ -105,6 +106,7 @@ type watchErrors struct {
 }
 
 func (s *Server) watchError(err error) {
+	err = config.RedactError(err)
 	s.log.Error(err, "config watcher")
 	s.werrs.mu.Lock()
 	defer s.werrs.mu.Unlock()
