@@ -64,4 +64,3 @@ func TestSecretsStayOutOfStatusAndLogs(t *testing.T) {
 		}
 	}
 }
-
