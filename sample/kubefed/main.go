@@ -69,7 +69,10 @@ func main() {
 	r := &reconciler.ConfigMapReconciler{Client: srv.GetClient(), Scheme: srv.GetScheme()}
 	srv.AddReconcilerSetup(r.SetupWithManager)
 
-	watchOpts := []configwatcher.KubeFedOption{configwatcher.WithKubeFedNamespace(kubefedNamespace)}
+	watchOpts := []configwatcher.KubeFedOption{
+		configwatcher.WithKubeFedNamespace(kubefedNamespace),
+		configwatcher.WithLogger(ctrl.Log.WithName("kubefed")),
+	}
 	if requireReady {
 		watchOpts = append(watchOpts, configwatcher.RequireReady())
 	}
