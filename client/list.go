@@ -117,13 +117,13 @@ func (c *Client) listFleet(ctx context.Context, list crclient.ObjectList, opts [
 				return
 			}
 			errs[j] = err
-			if m.Context == nil || m.Context.Err() == nil || ctx.Err() != nil || retried {
+			if m.Context == nil || m.Context.Err() == nil || ctx.Err() != nil {
 				return
 			}
 			// The cluster left the fleet or restarted while we listed it.
 			// Deleted: it is no longer part of the answer, and its error (a
 			// stopped cache) is not the caller's problem. Restarted: ask the
-			// new Manager, once.
+			// new Manager, once; restarted again: not ready.
 			now, ok := c.member(m.Name)
 			switch {
 			case !ok:
@@ -131,6 +131,9 @@ func (c *Client) listFleet(ctx context.Context, list crclient.ObjectList, opts [
 				return
 			case now.Err != nil:
 				errs[j] = now.Err
+				return
+			case retried:
+				errs[j] = fmt.Errorf("cluster %q restarted during the List: %w", m.Name, ErrClusterNotReady)
 				return
 			}
 			m = now
