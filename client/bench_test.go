@@ -74,9 +74,7 @@ func startBenchServer(b *testing.B) (*server.Server, []string, error) {
 		}
 	}
 	stop := test.Background(srv)
-	stops.Lock()
-	stops.fns = append(stops.fns, stop)
-	stops.Unlock()
+	test.AtExit(stop)
 	if err := waitReadyErr(srv, 3*time.Minute, names...); err != nil {
 		return nil, nil, err
 	}

@@ -3,7 +3,6 @@ package client_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -29,34 +28,8 @@ var fleet *test.Fleet
 
 var members = []string{"c1", "c2", "c3"}
 
-// stops are the Servers shared by several tests or benchmarks, stopped
-// after the last of them.
-var stops struct {
-	sync.Mutex
-	fns []func() error
-}
-
 func TestMain(m *testing.M) {
-	ctrl.SetLogger(logr.Discard())
-	var err error
-	fleet, err = test.Start(test.Options{}, append([]string{"host"}, members...)...)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	stops.Lock()
-	for _, stop := range stops.fns {
-		if err := stop(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	stops.Unlock()
-	if err := fleet.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
+	test.Main(m, &fleet, test.Options{}, append([]string{"host"}, members...)...)
 }
 
 // serverOptions are the ctrl.Options of every Server of these tests. A nil
@@ -126,9 +99,7 @@ func sharedServer(t testing.TB) *server.Server {
 			}
 		}
 		stop := test.Background(srv)
-		stops.Lock()
-		stops.fns = append(stops.fns, stop)
-		stops.Unlock()
+		test.AtExit(stop)
 		shared.srv, shared.err = srv, waitReadyErr(srv, 90*time.Second, members...)
 	})
 	if shared.err != nil {

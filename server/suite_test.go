@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -30,17 +29,7 @@ var fleet *test.Fleet
 var members = []string{"m1", "m2", "m3", "m4"}
 
 func TestMain(m *testing.M) {
-	var err error
-	fleet, err = test.Start(test.Options{}, append([]string{"host"}, members...)...)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := fleet.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
+	test.Main(m, &fleet, test.Options{}, append([]string{"host"}, members...)...)
 }
 
 // tally remembers which cluster reconciled which object.
