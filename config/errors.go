@@ -89,8 +89,7 @@ var errNotFileOrDir = errors.New("neither a regular file nor a directory")
 // bareFSError drops the path from an *fs.PathError, since FileError names
 // the file already, and keeps what errors.Is needs (fs.ErrNotExist, …).
 func bareFSError(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
 		return fmt.Errorf("%s: %w", pe.Op, pe.Err)
 	}
 	return err

@@ -34,8 +34,7 @@ contexts:
 	for _, c := range configs {
 		fmt.Println(c.Name, c.Config.Host)
 	}
-	var fe *config.FileError
-	if errors.As(err, &fe) {
+	if fe, ok := errors.AsType[*config.FileError](err); ok {
 		fmt.Println("broken:", filepath.Base(fe.Path), errors.Is(err, config.ErrInvalidKubeconfig))
 	}
 	// Output:

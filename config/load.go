@@ -154,8 +154,8 @@ func LoadConfigsFromConfigFile(path string, opts ...LoadOption) ([]*NamedConfig,
 // read as a kubeconfig.
 func CheckDirectoryEntry(path string, opts ...LoadOption) error {
 	o := newLoadOptions(opts)
-	if fi, err := os.Lstat(path); o.AnyFileReferences || err != nil || fi.Mode()&fs.ModeSymlink == 0 {
-		return nil // not a link (or gone): reading it reports what is wrong
+	if o.AnyFileReferences || !isSymlink(path) {
+		return nil
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -175,6 +175,14 @@ func CheckDirectoryEntry(path string, opts ...LoadOption) error {
 		return &FileError{Path: path, Err: fmt.Errorf("%w: the entry is a symlink that leads out of %s", ErrFileReferenceRefused, quoteIfOdd(dir))}
 	}
 	return nil
+}
+
+// isSymlink reports whether path is a symbolic link. A path that cannot be
+// examined (gone, unreadable directory) counts as no link: this check has
+// nothing to say about it, and reading the file reports what is wrong.
+func isSymlink(path string) bool {
+	fi, err := os.Lstat(path)
+	return err == nil && fi.Mode()&fs.ModeSymlink != 0
 }
 
 // LoadFile loads one NamedConfig per context of the kubeconfig file at path,

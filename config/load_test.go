@@ -62,7 +62,7 @@ func symlink(t testing.TB, target, link string) {
 }
 
 func names(cfgs []*NamedConfig) []string {
-	var out []string
+	out := make([]string, 0, len(cfgs))
 	for _, c := range cfgs {
 		out = append(out, c.Name)
 	}
@@ -256,8 +256,9 @@ contexts:
 	if !errors.Is(err, ErrAuthPluginRefused) {
 		t.Fatalf("err = %v, want ErrAuthPluginRefused", err)
 	}
-	var refused []string
-	for _, fe := range fileErrors(t, err) {
+	errs := fileErrors(t, err)
+	refused := make([]string, 0, len(errs))
+	for _, fe := range errs {
 		if fe.Path != path {
 			t.Errorf("error names %q, want %q", fe.Path, path)
 		}
@@ -542,8 +543,9 @@ func TestKubeconfigFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []string
-	for _, n := range []string{"a", "b.yaml", "c-link", "d-through-data"} {
+	entries := []string{"a", "b.yaml", "c-link", "d-through-data"}
+	want := make([]string, 0, len(entries))
+	for _, n := range entries {
 		want = append(want, filepath.Join(dir, n))
 	}
 	if !slices.Equal(got, want) {
@@ -586,8 +588,9 @@ contexts:
 	if got, want := names(cfgs), []string{"a1", "a2", "d1", "e-good"}; !slices.Equal(got, want) {
 		t.Errorf("configs = %v, want %v", got, want)
 	}
-	var bad []string
-	for _, fe := range fileErrors(t, err) {
+	errs := fileErrors(t, err)
+	bad := make([]string, 0, len(errs))
+	for _, fe := range errs {
 		bad = append(bad, filepath.Base(fe.Path)+"/"+fe.Context)
 	}
 	if want := []string{"b-broken.yaml/", "c-empty.yaml/", "e-half.yaml/e-bad"}; !slices.Equal(bad, want) {

@@ -71,7 +71,7 @@ func MergeFileConfigsKeeping(files []FileConfigs, owners map[string]string) ([]*
 		}
 	}
 	for _, f := range sorted {
-		if f.Err != nil && !(len(f.Configs) == 0 && referenced[absClean(f.Path)] && isParseError(f.Err)) {
+		if f.Err != nil && !isReferencedData(f, referenced) {
 			errs = appendFlat(errs, f.Err)
 		}
 		cfgs := slices.Clone(f.Configs)
@@ -97,6 +97,14 @@ func absClean(p string) string {
 		return a
 	}
 	return filepath.Clean(p)
+}
+
+// isReferencedData reports whether f failed to parse only because it is not
+// a kubeconfig but data a usable config names (a certificate, key or token
+// file): its error is not a broken kubeconfig's. referenced holds the
+// absClean paths the configs name.
+func isReferencedData(f FileConfigs, referenced map[string]bool) bool {
+	return len(f.Configs) == 0 && referenced[absClean(f.Path)] && isParseError(f.Err)
 }
 
 // isParseError tells a file that is not a kubeconfig at all from one that

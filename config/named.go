@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash"
+	"io"
 
 	"k8s.io/client-go/rest"
 )
@@ -93,12 +95,21 @@ func (c *NamedConfig) Redacted() string {
 // credentials it covers.
 func (c *NamedConfig) Fingerprint() string {
 	h := sha256.New()
-	enc := json.NewEncoder(h)
-	_ = enc.Encode(c.Name)
+	writeJSON(h, c.Name)
 	if c.Config != nil {
-		_ = enc.Encode(fingerprintFields(c.Config))
+		writeJSON(h, fingerprintFields(c.Config))
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// writeJSON adds v's JSON encoding to h. A hash never fails a write, so the
+// only error is a value JSON cannot hold (a NaN or infinite QPS); the
+// encoder then writes nothing, and the error's text goes in instead, so that
+// the digest is still the same each time for the same config.
+func writeJSON(h hash.Hash, v any) {
+	if err := json.NewEncoder(h).Encode(v); err != nil {
+		_, _ = io.WriteString(h, err.Error()) // a hash's Write never fails
+	}
 }
 
 // fingerprintFields lists what Fingerprint covers. A field added to

@@ -103,7 +103,7 @@ func decodeMessage(err error, data []byte) string {
 			msg = msg[:i]
 		}
 	}
-	for _, f := range bytes.Fields(data) {
+	for f := range bytes.FieldsSeq(data) {
 		f = bytes.Trim(f, "\"',:{}[]")
 		if len(f) >= 12 && strings.Contains(msg, string(f)) {
 			return withheld
