@@ -43,7 +43,7 @@ type syncNotifyingCache struct {
 	checkers []toolscache.DoneChecker
 }
 
-func newSyncNotifyingCache(next cache.NewCacheFunc, lifetime context.Context, forbidden *forbiddenKinds) cache.NewCacheFunc {
+func newSyncNotifyingCache(lifetime context.Context, next cache.NewCacheFunc, forbidden *forbiddenKinds) cache.NewCacheFunc {
 	if next == nil {
 		next = cache.New
 	}
@@ -149,10 +149,10 @@ func (c *syncNotifyingCache) waitingRead(ctx context.Context, t reflect.Type, re
 }
 
 var (
-	unstructuredType     = reflect.TypeOf(&unstructured.Unstructured{})
-	unstructuredListType = reflect.TypeOf(&unstructured.UnstructuredList{})
-	metadataType         = reflect.TypeOf(&metav1.PartialObjectMetadata{})
-	metadataListType     = reflect.TypeOf(&metav1.PartialObjectMetadataList{})
+	unstructuredType     = reflect.TypeFor[*unstructured.Unstructured]()
+	unstructuredListType = reflect.TypeFor[*unstructured.UnstructuredList]()
+	metadataType         = reflect.TypeFor[*metav1.PartialObjectMetadata]()
+	metadataListType     = reflect.TypeFor[*metav1.PartialObjectMetadataList]()
 )
 
 // RemoveInformer forgets that obj's kind had synced: a later read makes a

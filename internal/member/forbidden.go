@@ -16,10 +16,10 @@ import (
 // syncs for real, the kind leaves the set, and its controller sees the
 // objects as they arrive.
 type forbiddenKinds struct {
-	n       atomic.Int32 // len(set), read on the hot path without the lock
-	mu      sync.Mutex
-	set     map[string]struct{}
-	changed chan struct{} // closed and replaced on every change
+	nonEmpty atomic.Bool // len(set) > 0, read on the hot path without the lock
+	mu       sync.Mutex
+	set      map[string]struct{}
+	changed  chan struct{} // closed and replaced on every change
 }
 
 func newForbiddenKinds() *forbiddenKinds {
@@ -27,7 +27,7 @@ func newForbiddenKinds() *forbiddenKinds {
 }
 
 func (f *forbiddenKinds) has(kind string) bool {
-	if f.n.Load() == 0 {
+	if !f.nonEmpty.Load() {
 		return false
 	}
 	f.mu.Lock()
@@ -57,7 +57,7 @@ func (f *forbiddenKinds) update(kind string, forbidden bool) {
 	} else {
 		delete(f.set, kind)
 	}
-	f.n.Store(int32(len(f.set)))
+	f.nonEmpty.Store(len(f.set) > 0)
 	close(f.changed)
 	f.changed = make(chan struct{})
 }

@@ -29,7 +29,7 @@ type informerFunc = func(toolscache.ListerWatcher, runtime.Object, time.Duration
 // newInformerFunc wraps next (client-go's constructor when nil) so that
 // the informers it makes end their sync wait when lifetime does, or when
 // their kind is forbidden.
-func newInformerFunc(next informerFunc, lifetime context.Context, forbidden *forbiddenKinds) informerFunc {
+func newInformerFunc(lifetime context.Context, next informerFunc, forbidden *forbiddenKinds) informerFunc {
 	if next == nil {
 		next = toolscache.NewSharedIndexInformer
 	}

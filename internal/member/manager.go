@@ -175,7 +175,7 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 		lifetime = context.Background()
 	}
 	forbidden := newForbiddenKinds()
-	memberHC, mapperHC, err := httpClients(cfg, lifetime)
+	memberHC, mapperHC, err := httpClients(lifetime, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating HTTP client: %w", err)
 	}
@@ -188,7 +188,7 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 		if mp := co.MapperProvider; mp != nil {
 			co.MapperProvider = func(c *rest.Config, _ *http.Client) (meta.RESTMapper, error) { return mp(c, mapperHC) }
 		}
-		co.Cache.NewInformer = newInformerFunc(co.Cache.NewInformer, lifetime, forbidden)
+		co.Cache.NewInformer = newInformerFunc(lifetime, co.Cache.NewInformer, forbidden)
 		next := co.Cache.DefaultWatchErrorHandler
 		if next == nil {
 			next = toolscache.DefaultWatchErrorHandler
@@ -199,7 +199,7 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 			}
 			next(ctx, r, err)
 		}
-		co.NewCache = newSyncNotifyingCache(co.NewCache, lifetime, forbidden)
+		co.NewCache = newSyncNotifyingCache(lifetime, co.NewCache, forbidden)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating cluster: %w", err)
@@ -236,9 +236,7 @@ func (m *Manager) trackLocked(r manager.Runnable) chan struct{} {
 // Start. Called with m.mu held while running.
 func (m *Manager) launchLocked(r manager.Runnable, synced chan struct{}) {
 	ctx := m.ctx
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
+	m.wg.Go(func() {
 		if w, ok := r.(warmupRunnable); ok {
 			if err := w.Warmup(ctx); err != nil {
 				if ctx.Err() == nil {
@@ -253,7 +251,7 @@ func (m *Manager) launchLocked(r manager.Runnable, synced chan struct{}) {
 		if err := r.Start(ctx); err != nil {
 			m.fail(err)
 		}
-	}()
+	})
 }
 
 // fail records the first runnable failure and ends the Manager.

@@ -53,8 +53,9 @@ func TestStartOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := m.GetFieldIndexer().IndexField(ctx, &corev1.Secret{}, "data-key", func(o client.Object) []string {
-		var keys []string
-		for k := range o.(*corev1.Secret).Data {
+		data := o.(*corev1.Secret).Data
+		keys := make([]string, 0, len(data))
+		for k := range data {
 			keys = append(keys, k)
 		}
 		return keys
@@ -119,8 +120,7 @@ func TestStartOrder(t *testing.T) {
 		if !o.otherSynced {
 			t.Errorf("%s started before the cache of a runnable cluster synced", o.who)
 		}
-		var ns *cache.ErrCacheNotStarted
-		if errors.As(o.err, &ns) {
+		if _, ok := errors.AsType[*cache.ErrCacheNotStarted](o.err); ok {
 			t.Errorf("%s read the cache in Start: %v", o.who, o.err)
 		} else if o.err != nil {
 			t.Errorf("%s: %v", o.who, o.err)
@@ -517,8 +517,12 @@ func TestShutdownTimeoutBoundsCacheStop(t *testing.T) {
 			}
 			s.Hang(true)
 			n := s.RequestCount()
-			read := make(chan error, 1)
-			go func() { read <- m.GetCache().Get(context.Background(), keyX, &corev1.ConfigMap{}) }()
+			read := make(chan struct{})
+			go func() {
+				defer close(read)
+				// The read only has to end; what it returns is not the point.
+				_ = m.GetCache().Get(context.Background(), keyX, &corev1.ConfigMap{})
+			}()
 			defer func() { s.Close(); <-read }()
 			deadline := time.Now().Add(10 * time.Second)
 			for s.RequestCount() == n {

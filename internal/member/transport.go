@@ -22,7 +22,7 @@ const discoveryTimeout = 30 * time.Second
 // REST mapper. The mapper may be shared with other members of the same API
 // server and identity, so it must not die with this one: its requests are
 // bounded by discoveryTimeout instead.
-func httpClients(cfg *rest.Config, lifetime context.Context) (member, mapper *http.Client, err error) {
+func httpClients(lifetime context.Context, cfg *rest.Config) (member, mapper *http.Client, err error) {
 	base, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, nil, err
