@@ -53,7 +53,7 @@ func (s *Server) resource(w http.ResponseWriter, r *http.Request, parts []string
 	}
 	if s.isForbidden(k.resource) {
 		writeError(w, apierrors.NewForbidden(k.gr(), name,
-			fmt.Errorf("User %q cannot %s resource %q in API group \"\"", "fakeapi", verb, k.resource)))
+			fmt.Errorf("User %q cannot %s resource %q in API group \"\"", "fakeapi", verb, k.resource))) //nolint:staticcheck // ST1005: kube-apiserver's own wording
 		return
 	}
 	f, err := parseFilter(ns, q)

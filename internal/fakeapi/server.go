@@ -69,7 +69,7 @@ func New(opts ...Option) *Server {
 	for _, o := range opts {
 		o(s)
 	}
-	s.store.init()
+	s.init()
 	return s
 }
 

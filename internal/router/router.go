@@ -9,6 +9,7 @@ package router
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -176,9 +177,7 @@ func (t *Table) update(change func(map[string]*route)) {
 	defer t.mu.Unlock()
 	old := t.load()
 	m := make(map[string]*route, len(old.routes)+1)
-	for k, v := range old.routes {
-		m[k] = v
-	}
+	maps.Copy(m, old.routes)
 	change(m)
 	next := &snapshot{routes: m, members: make([]client.Member, 0, len(m))}
 	for n, r := range m {
