@@ -10,12 +10,12 @@ import (
 type EventType int
 
 const (
-	// Added: a cluster appeared. Config is complete.
+	// Added means a cluster appeared. Config is complete.
 	Added EventType = iota + 1
-	// Updated: a known cluster is now reached differently (new endpoint,
+	// Updated means a known cluster is now reached differently (new endpoint,
 	// rotated credentials, …). Config is complete.
 	Updated
-	// Deleted: a cluster is gone. Only Config.Name is guaranteed to be set:
+	// Deleted means a cluster is gone. Only Config.Name is guaranteed to be set:
 	// the source of its config may already have vanished.
 	Deleted
 )

@@ -200,8 +200,7 @@ func NewFileWatcher(fileOrDir string, opts ...FileOption) (*FileWatcher, error) 
 	}
 	fi, err := os.Stat(root)
 	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
+		if pe, ok := errors.AsType[*fs.PathError](err); ok {
 			err = pe.Err
 		}
 		return nil, fmt.Errorf("configwatcher: cannot watch %s: %w", fileOrDir, err)

@@ -134,7 +134,8 @@ func (p *publisher) report(err error) {
 		// Full: drop the oldest. Another reporter or the reader may have
 		// taken it already; either way there is room to try again.
 		select {
-		case <-p.errors:
+		case dropped := <-p.errors:
+			_ = dropped // logged when it was reported; err, newer, takes its place
 		default:
 		}
 	}
