@@ -86,7 +86,7 @@ func (f clusters) Route(name string) (mcclient.Member, error) {
 }
 
 func (f clusters) Members() []mcclient.Member {
-	var out []mcclient.Member
+	out := make([]mcclient.Member, 0, len(f))
 	for name, c := range f {
 		out = append(out, mcclient.Member{Name: name, Client: c})
 	}
@@ -159,8 +159,7 @@ func ExamplePartial() {
 
 	var list corev1.ConfigMapList
 	err := c.List(context.Background(), &list)
-	var le *mcclient.ListError
-	if errors.As(err, &le) {
+	if _, ok := errors.AsType[*mcclient.ListError](err); ok {
 		fmt.Println(err)
 		fmt.Println(len(list.Items), "item(s) from the others")
 	}

@@ -51,28 +51,10 @@ var (
 // known.WithClusters) concurrently and merges the items, marking each with
 // known.ClusterAnnotation.
 func (c *Client) listFleet(ctx context.Context, list crclient.ObjectList, opts []crclient.ListOption) error {
-	var partial *Partial
-	var lo crclient.ListOptions
-	for _, o := range opts {
-		if p, ok := o.(*Partial); ok {
-			partial = p
-			continue
-		}
-		o.ApplyToList(&lo)
+	partial, fwd, shared, err := fleetListOptions(opts)
+	if err != nil {
+		return err
 	}
-	if lo.Limit > 0 || lo.Continue != "" {
-		return ErrFleetPagination
-	}
-	fwd := opts
-	if partial != nil {
-		partial.Failed = nil
-		// Members must not see the option; copy only when it is there.
-		fwd = slices.DeleteFunc(slices.Clone(opts), func(o crclient.ListOption) bool {
-			_, ok := o.(*Partial)
-			return ok
-		})
-	}
-	shared := lo.UnsafeDisableDeepCopy != nil && *lo.UnsafeDisableDeepCopy
 
 	targets := c.targets(ctx)
 	var failed map[string]error
@@ -107,37 +89,7 @@ func (c *Client) listFleet(ctx context.Context, list crclient.ObjectList, opts [
 	}
 	errs := make([]error, len(live))
 	listOne := func(j int) {
-		m := targets[live[j]]
-		for retried := false; ; retried = true {
-			lctx, done := routeContext(ctx, m.Context)
-			err := m.Client.List(lctx, lists[j], fwd...)
-			done()
-			if err == nil {
-				errs[j] = markItems(lists[j], m.Name, shared)
-				return
-			}
-			errs[j] = err
-			if m.Context == nil || m.Context.Err() == nil || ctx.Err() != nil {
-				return
-			}
-			// The cluster left the fleet or restarted while we listed it.
-			// Deleted: it is no longer part of the answer, and its error (a
-			// stopped cache) is not the caller's problem. Restarted: ask the
-			// new Manager, once; restarted again: not ready.
-			now, ok := c.member(m.Name)
-			switch {
-			case !ok:
-				errs[j] = errLeftFleet
-				return
-			case now.Err != nil:
-				errs[j] = now.Err
-				return
-			case retried:
-				errs[j] = fmt.Errorf("cluster %q restarted during the List: %w", m.Name, ErrClusterNotReady)
-				return
-			}
-			m = now
-		}
+		errs[j] = c.listMember(ctx, targets[live[j]], lists[j], fwd, shared)
 	}
 	// The caller works through the clusters itself, helped by one
 	// goroutine per other cluster taking the next one not yet taken. Cached
@@ -175,7 +127,7 @@ func (c *Client) listFleet(ctx context.Context, list crclient.ObjectList, opts [
 			continue
 		}
 		lists[j] = nil
-		if err != errLeftFleet {
+		if !errors.Is(err, errLeftFleet) {
 			fail(targets[live[j]].Name, err)
 		}
 	}
@@ -202,6 +154,67 @@ func (c *Client) listFleet(ctx context.Context, list crclient.ObjectList, opts [
 		return nil
 	}
 	return &ListError{Failed: failed, Total: len(targets)}
+}
+
+// fleetListOptions sorts out a fleet-wide List's options: the caller's
+// Partial, if any (its Failed reset), the options to forward to each
+// cluster (all but Partial), and whether they set UnsafeDisableDeepCopy.
+// Pagination is ErrFleetPagination, before Partial is touched.
+func fleetListOptions(opts []crclient.ListOption) (*Partial, []crclient.ListOption, bool, error) {
+	var partial *Partial
+	var lo crclient.ListOptions
+	for _, o := range opts {
+		if p, ok := o.(*Partial); ok {
+			partial = p
+			continue
+		}
+		o.ApplyToList(&lo)
+	}
+	if lo.Limit > 0 || lo.Continue != "" {
+		return nil, nil, false, ErrFleetPagination
+	}
+	fwd := opts
+	if partial != nil {
+		partial.Failed = nil
+		// Members must not see the option; copy only when it is there.
+		fwd = slices.DeleteFunc(slices.Clone(opts), func(o crclient.ListOption) bool {
+			_, ok := o.(*Partial)
+			return ok
+		})
+	}
+	shared := lo.UnsafeDisableDeepCopy != nil && *lo.UnsafeDisableDeepCopy
+	return partial, fwd, shared, nil
+}
+
+// listMember lists cluster m of a fleet-wide List into list and marks the
+// items (see markItems for shared). It returns errLeftFleet when the
+// cluster left the fleet during the call.
+func (c *Client) listMember(ctx context.Context, m Member, list crclient.ObjectList, fwd []crclient.ListOption, shared bool) error {
+	for retried := false; ; retried = true {
+		lctx, done := routeContext(ctx, m.Context)
+		err := m.Client.List(lctx, list, fwd...)
+		done()
+		if err == nil {
+			return markItems(list, m.Name, shared)
+		}
+		if m.Context == nil || m.Context.Err() == nil || ctx.Err() != nil {
+			return err
+		}
+		// The cluster left the fleet or restarted while we listed it.
+		// Deleted: it is no longer part of the answer, and its error (a
+		// stopped cache) is not the caller's problem. Restarted: ask the
+		// new Manager, once; restarted again: not ready.
+		now, ok := c.member(m.Name)
+		switch {
+		case !ok:
+			return errLeftFleet
+		case now.Err != nil:
+			return now.Err
+		case retried:
+			return fmt.Errorf("cluster %q restarted during the List: %w", m.Name, ErrClusterNotReady)
+		}
+		m = now
+	}
 }
 
 // routeContext returns a context that ends with ctx or when the cluster's

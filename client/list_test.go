@@ -30,11 +30,11 @@ import (
 // the annotation, failing the test for an item without one.
 func origins(t *testing.T, list crclient.ObjectList) []string {
 	t.Helper()
-	var out []string
 	items, err := metaItems(list)
 	if err != nil {
 		t.Fatal(err)
 	}
+	out := make([]string, 0, len(items))
 	for _, it := range items {
 		cl, ok := it.GetAnnotations()[known.ClusterAnnotation]
 		if !ok {
@@ -516,8 +516,7 @@ func TestClusterDeletedDuringList(t *testing.T) {
 				}
 				lists.Add(1)
 				failed := partial.Failed
-				var le *mcclient.ListError
-				if errors.As(err, &le) {
+				if le, ok := errors.AsType[*mcclient.ListError](err); ok {
 					failed = le.Failed
 				} else if err != nil {
 					t.Errorf("List = %v", err)

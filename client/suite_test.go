@@ -59,7 +59,10 @@ func waitReadyErr(srv *server.Server, within time.Duration, names ...string) err
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("cluster %s not Ready within %s: %+v (%v)", n, within, st, err)
+				if err != nil {
+					return fmt.Errorf("cluster %s not Ready within %s: %w", n, within, err)
+				}
+				return fmt.Errorf("cluster %s not Ready within %s: %+v", n, within, st)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
