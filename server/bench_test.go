@@ -39,7 +39,7 @@ func BenchmarkAddToFirstReconcile(b *testing.B) {
 				return ctrl.NewControllerManagedBy(mgr).Named("first-" + ns).For(&corev1.ConfigMap{}).Complete(f)
 			})
 			test.Run(b, srv)
-			for i := 0; i < running; i++ {
+			for i := range running {
 				name := fmt.Sprintf("running-%d", i)
 				if err := srv.Add(config.NewNamedConfig(name, fleet.Cluster(members[i%3]).Config)); err != nil {
 					b.Fatal(err)

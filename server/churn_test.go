@@ -82,7 +82,7 @@ type fakeFleet []*fakeapi.Server
 
 func startFakes(t testing.TB, n int) fakeFleet {
 	t.Helper()
-	var f fakeFleet
+	f := make(fakeFleet, 0, n)
 	for i := range n {
 		s := fakeapi.New()
 		s.Seed(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("cm-%d", i)}})

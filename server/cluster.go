@@ -402,9 +402,3 @@ func (r *registry) all() []*cluster {
 	}
 	return out
 }
-
-func (r *registry) len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.clusters)
-}

@@ -2,10 +2,6 @@ package server_test
 
 import (
 	"errors"
-
-	"github.com/mccr-dev/mccr/config"
-	"github.com/mccr-dev/mccr/server"
-	"github.com/mccr-dev/mccr/test"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -14,6 +10,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/server"
+	"github.com/mccr-dev/mccr/test"
 )
 
 type corev1ConfigMap = corev1.ConfigMap
@@ -41,7 +41,7 @@ func waitGoroutines(t testing.TB, baseline int) {
 // little after it reports Ready).
 func settledGoroutines() int {
 	last := runtime.NumGoroutine()
-	for i := 0; i < 20; i++ {
+	for range 20 {
 		time.Sleep(250 * time.Millisecond)
 		n := runtime.NumGoroutine()
 		if n == last {
@@ -51,8 +51,6 @@ func settledGoroutines() int {
 	}
 	return last
 }
-
-func ptrDuration(d time.Duration) *time.Duration { return &d }
 
 func isNotFound(err error) bool { return errors.Is(err, server.ErrClusterNotFound) }
 

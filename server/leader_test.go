@@ -169,9 +169,9 @@ func startElectingServer(t *testing.T, id, ns, leaseName string, w *overlapWitne
 		LeaderElectionID:              leaseName,
 		LeaderElectionNamespace:       "default",
 		LeaderElectionReleaseOnCancel: false,
-		LeaseDuration:                 ptrDuration(4 * time.Second),
-		RenewDeadline:                 ptrDuration(3 * time.Second),
-		RetryPeriod:                   ptrDuration(200 * time.Millisecond),
+		LeaseDuration:                 ptr.To(4 * time.Second),
+		RenewDeadline:                 ptr.To(3 * time.Second),
+		RetryPeriod:                   ptr.To(200 * time.Millisecond),
 	}
 	srv, err := server.NewServer(fleet.Cluster("host").Config, o)
 	if err != nil {

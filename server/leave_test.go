@@ -90,21 +90,6 @@ func waitPhase(t testing.TB, srv *server.Server, name string, p server.Phase) {
 	})
 }
 
-// returnsWithin runs call in the background and returns its error, failing
-// the test if it takes longer than d.
-func returnsWithin(t *testing.T, d time.Duration, what string, call func() error) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- call() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(d):
-		t.Fatalf("%s did not return within %s", what, d)
-		return nil
-	}
-}
-
 // TestCallsToLeavingClusterReturn: a Get, a List and a write aimed at a
 // cluster, each waiting on it (an informer that cannot sync, an API server
 // that does not answer) with a ctx that has no deadline — as a Reconcile's

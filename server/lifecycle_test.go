@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crrecorder "sigs.k8s.io/controller-runtime/pkg/recorder"
@@ -53,9 +54,9 @@ func TestOnlyTheLeaderReconciles(t *testing.T) {
 		o.LeaderElectionID = "mccr-test-" + ns
 		o.LeaderElectionNamespace = "default"
 		o.LeaderElectionReleaseOnCancel = true
-		o.LeaseDuration = ptrDuration(4 * time.Second)
-		o.RenewDeadline = ptrDuration(3 * time.Second)
-		o.RetryPeriod = ptrDuration(200 * time.Millisecond)
+		o.LeaseDuration = ptr.To(4 * time.Second)
+		o.RenewDeadline = ptr.To(3 * time.Second)
+		o.RetryPeriod = ptr.To(200 * time.Millisecond)
 	}
 	a := startServer(t, ns, le)
 	b := startServer(t, ns, le)

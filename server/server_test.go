@@ -157,8 +157,7 @@ func TestUnreachableMemberIsolatedAndRecovers(t *testing.T) {
 		return st.Phase == server.PhaseFailed && st.LastError != nil && !st.NextRetry.IsZero()
 	})
 	st, _ := r.srv.Status("m4")
-	var opErr *net.OpError
-	if !errors.As(st.LastError, &opErr) {
+	if _, ok := errors.AsType[*net.OpError](st.LastError); !ok {
 		t.Logf("m4 LastError: %v", st.LastError)
 	}
 	// The others keep reconciling meanwhile.

@@ -10,29 +10,29 @@ import (
 type Phase string
 
 const (
-	// PhasePending: added, waiting for the Server to start (or to lead).
+	// PhasePending means added, waiting for the Server to start (or to lead).
 	PhasePending Phase = "Pending"
-	// PhaseStarting: checking reachability and credentials, building the
-	// Manager and running reconciler setups.
+	// PhaseStarting means checking reachability and credentials, building
+	// the Manager and running reconciler setups.
 	PhaseStarting Phase = "Starting"
-	// PhaseSyncing: the Manager runs; caches are filling.
+	// PhaseSyncing means the Manager runs; caches are filling.
 	PhaseSyncing Phase = "Syncing"
-	// PhaseReady: caches synced, controllers reconciling, the fan-out client
-	// routes to it.
+	// PhaseReady means caches synced, controllers reconciling, the fan-out
+	// client routes to it.
 	PhaseReady Phase = "Ready"
-	// PhaseUnreachable: the member was Ready, then its API server stopped
+	// PhaseUnreachable means the member was Ready, then its API server stopped
 	// answering. Its caches still serve what they last saw (fleet-wide Lists
 	// report it as failed); once the API server answers, the member restarts
 	// to resync, by itself.
 	PhaseUnreachable Phase = "Unreachable"
-	// PhaseFailed: the last start failed or the member lost its credentials;
-	// it is retried at NextRetry.
+	// PhaseFailed means the last start failed or the member lost its
+	// credentials; it is retried at NextRetry.
 	PhaseFailed Phase = "Failed"
-	// PhaseStopping: being deleted, replaced by an Update, or the Server is
-	// shutting down.
+	// PhaseStopping means being deleted, replaced by an Update, or the Server
+	// is shutting down.
 	PhaseStopping Phase = "Stopping"
-	// PhaseStopped: the Server stopped (or lost leadership) and so did the
-	// member.
+	// PhaseStopped means the Server stopped (or lost leadership) and so did
+	// the member.
 	PhaseStopped Phase = "Stopped"
 )
 

@@ -32,11 +32,7 @@ func (s *Server) Watch(w configwatcher.ConfigWatcher) {
 	if stopped {
 		w.Stop()
 	}
-	s.watchWG.Add(1)
-	go func() {
-		defer s.watchWG.Done()
-		s.applyEvents(w)
-	}()
+	s.watchWG.Go(func() { s.applyEvents(w) })
 }
 
 func (s *Server) applyEvents(w configwatcher.ConfigWatcher) {
