@@ -15,8 +15,8 @@ const (
 	// Updated means a known cluster is now reached differently (new endpoint,
 	// rotated credentials, …). Config is complete.
 	Updated
-	// Deleted means a cluster is gone. Only Config.Name is guaranteed to be set:
-	// the source of its config may already have vanished.
+	// Deleted means a cluster is gone. Only Config.Name is guaranteed to be
+	// set: the source of its config may already have vanished.
 	Deleted
 )
 
