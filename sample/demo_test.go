@@ -79,7 +79,7 @@ func TestDemoInterrupt(t *testing.T) {
 			d := startDemo(t, tc.args...)
 			eventually(t, "the demo to print "+strconv.Quote(tc.after), func() (bool, error) {
 				if d.p.exited() {
-					return false, fmt.Errorf("the demo exited early: %v", d.p.err)
+					return false, fmt.Errorf("the demo exited early: %w", d.p.exitErr())
 				}
 				return strings.Contains(d.p.out.String(), tc.after), nil
 			})

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -149,6 +150,15 @@ func (p *process) exited() bool {
 	}
 }
 
+// exitErr returns what Wait returned once p exited, or an error saying
+// "exit status 0" for a clean exit, for a caller that wants an error.
+func (p *process) exitErr() error {
+	if p.err == nil {
+		return errors.New("exit status 0")
+	}
+	return p.err
+}
+
 // tail returns the last n lines of the output.
 func (p *process) tail(n int) string {
 	lines := strings.Split(strings.TrimRight(p.out.String(), "\n"), "\n")
@@ -189,7 +199,7 @@ func (p *process) waitLog(msg string, kv ...string) {
 			return true, nil
 		}
 		if p.exited() {
-			return false, fmt.Errorf("%s exited: %v", p.name, p.err)
+			return false, fmt.Errorf("%s exited: %w", p.name, p.exitErr())
 		}
 		return false, nil
 	})

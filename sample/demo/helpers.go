@@ -24,9 +24,9 @@ import (
 
 var printMu sync.Mutex
 
-// say prints one line of the story, stamped with the time since the demo
+// sayf prints one line of the story, stamped with the time since the demo
 // started. Safe from any goroutine.
-func (d *demo) say(format string, args ...any) {
+func (d *demo) sayf(format string, args ...any) {
 	printMu.Lock()
 	defer printMu.Unlock()
 	fmt.Printf("[%5.1fs] %s\n", time.Since(d.start).Seconds(), fmt.Sprintf(format, args...))
@@ -89,21 +89,25 @@ func (d *demo) narrate(ctx context.Context) {
 			cur[st.Name] = st
 			old, known := prev[st.Name]
 			if !known {
-				d.say("  %s joined the fleet (%s)", st.Name, filepath.Base(st.Source.File))
+				d.sayf("  %s joined the fleet (%s)", st.Name, filepath.Base(st.Source.File))
 			}
 			if known && old.Phase == st.Phase {
 				continue
 			}
 			switch st.Phase {
 			case server.PhaseReady:
-				d.say("  %s is ready (connected, caches synced in %s): the reconciler runs there now", st.Name, st.TimeToReady.Round(time.Millisecond))
+				d.sayf("  %s is ready (connected, caches synced in %s): the reconciler runs there now", st.Name, st.TimeToReady.Round(time.Millisecond))
 			case server.PhaseFailed:
-				d.say("  %s failed (%v); retrying in %s", st.Name, st.LastError, time.Until(st.NextRetry).Round(100*time.Millisecond))
+				d.sayf("  %s failed (%v); retrying in %s", st.Name, st.LastError, time.Until(st.NextRetry).Round(100*time.Millisecond))
+			default:
+				// The story tells when a cluster is ready or has failed; the
+				// other phases are steps on the way, and leaving is told
+				// below.
 			}
 		}
 		for name := range prev {
 			if _, ok := cur[name]; !ok {
-				d.say("  %s left the fleet: its reconciler and caches are stopped", name)
+				d.sayf("  %s left the fleet: its reconciler and caches are stopped", name)
 			}
 		}
 		prev = cur
@@ -120,7 +124,7 @@ func (d *demo) onStamped(cluster string, key types.NamespacedName) {
 	d.mu.Lock()
 	d.stamped[cluster]++
 	d.mu.Unlock()
-	d.say("  reconciler, running for %s: stamped ConfigMap %s with %s=%s", cluster, key, reconciler.SeenInAnnotation, cluster)
+	d.sayf("  reconciler, running for %s: stamped ConfigMap %s with %s=%s", cluster, key, reconciler.SeenInAnnotation, cluster)
 }
 
 // createConfigMap creates an opted-in ConfigMap in a member, straight

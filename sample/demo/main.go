@@ -83,14 +83,14 @@ func run(wait bool, logFile string) (code int) {
 	d := &demo{start: time.Now(), clients: map[string]client.Client{}, stamped: map[string]int{}}
 	logTo, closeLog, err := openLog(logFile)
 	if err != nil {
-		d.say("cannot open the log file: %v", err)
+		d.sayf("cannot open the log file: %v", err)
 		return 1
 	}
 	defer closeLog()
 
 	d.root, err = os.MkdirTemp("", "mccr-demo-")
 	if err != nil {
-		d.say("cannot create a temporary directory: %v", err)
+		d.sayf("cannot create a temporary directory: %v", err)
 		return 1
 	}
 	// envtest keeps each API server's certificates and etcd data in
@@ -98,26 +98,26 @@ func run(wait bool, logFile string) (code int) {
 	_ = os.Setenv("TMPDIR", d.root)
 	defer d.cleanup()
 
-	d.say("mccr demo: one ordinary controller-runtime reconciler, running in every cluster of a fleet.")
+	d.sayf("mccr demo: one ordinary controller-runtime reconciler, running in every cluster of a fleet.")
 	if logFile != "" {
-		d.say("The controller's own logs go to %s.", logFile)
+		d.sayf("The controller's own logs go to %s.", logFile)
 	}
 	err = d.tour(ctx, logTo)
 	switch {
 	case errors.Is(err, errInterrupted):
-		d.say("Interrupted.")
+		d.sayf("Interrupted.")
 		return exitInterrupted
 	case err != nil:
-		d.say("The tour failed: %v", err)
+		d.sayf("The tour failed: %v", err)
 		return 1
 	}
 	if !wait {
-		d.say("Tour done. (Run with --wait, or `make demo DEMO_FLAGS=--wait`, to keep the fleet running and try it yourself.)")
+		d.sayf("Tour done. (Run with --wait, or `make demo DEMO_FLAGS=--wait`, to keep the fleet running and try it yourself.)")
 		return 0
 	}
 	d.handsOn()
 	<-ctx.Done()
-	d.say("Ctrl-C: stopping.")
+	d.sayf("Ctrl-C: stopping.")
 	return 0
 }
 
@@ -163,7 +163,7 @@ func (d *demo) tour(ctx context.Context, logTo io.Writer) error {
 			return errInterrupted
 		}
 		fmt.Println()
-		d.say("Step %d of %d: %s", i+1, len(steps), s.title)
+		d.sayf("Step %d of %d: %s", i+1, len(steps), s.title)
 		if err := s.do(ctx); err != nil {
 			return err
 		}
@@ -175,8 +175,8 @@ func (d *demo) tour(ctx context.Context, logTo io.Writer) error {
 
 func (d *demo) startFleet(ctx context.Context) error {
 	names := append([]string{hostName}, members...)
-	d.say("Starting %d Kubernetes API servers (kube-apiserver + etcd each, no nodes): %s.", len(names), strings.Join(names, ", "))
-	d.say("%s stands in for the cluster a controller runs in; %s joins the fleet later.", hostName, joinLater)
+	d.sayf("Starting %d Kubernetes API servers (kube-apiserver + etcd each, no nodes): %s.", len(names), strings.Join(names, ", "))
+	d.sayf("%s stands in for the cluster a controller runs in; %s joins the fleet later.", hostName, joinLater)
 	started := time.Now()
 	type result struct {
 		fleet *test.Fleet
@@ -191,7 +191,7 @@ func (d *demo) startFleet(ctx context.Context) error {
 	select {
 	case r = <-res:
 	case <-ctx.Done():
-		d.say("Interrupted while the API servers start; waiting for them to come up, to stop them.")
+		d.sayf("Interrupted while the API servers start; waiting for them to come up, to stop them.")
 		r = <-res
 	}
 	if r.err != nil {
@@ -204,9 +204,9 @@ func (d *demo) startFleet(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return errInterrupted
 	}
-	d.say("All %d up in %s. While the demo runs, kubectl works against each of them:", len(names), since(started))
+	d.sayf("All %d up in %s. While the demo runs, kubectl works against each of them:", len(names), since(started))
 	for _, c := range d.fleet.Clusters {
-		d.say("    kubectl --kubeconfig %s get configmaps -A", c.KubeconfigPath)
+		d.sayf("    kubectl --kubeconfig %s get configmaps -A", c.KubeconfigPath)
 	}
 	for _, name := range members {
 		c, err := d.fleet.Cluster(name).Client(client.Options{})
@@ -231,7 +231,7 @@ func (d *demo) startController(ctx context.Context, logTo io.Writer) error {
 			return err
 		}
 	}
-	d.say("Copied the kubeconfigs of member-1, member-2 and member-3 into %s.", d.watched)
+	d.sayf("Copied the kubeconfigs of member-1, member-2 and member-3 into %s.", d.watched)
 
 	logger := logr.FromSlogHandler(slog.NewTextHandler(logTo, nil))
 	ctrl.SetLogger(logger)
@@ -254,8 +254,8 @@ func (d *demo) startController(ctx context.Context, logTo io.Writer) error {
 		return err
 	}
 	d.srv.Watch(w)
-	d.say("The controller is the one in sample/filewatcher: server.NewServer on %s, configwatcher.NewFileWatcher on that directory, srv.Watch.", hostName)
-	d.say("Its reconciler stamps every ConfigMap labelled %s=true with %s=<the cluster it found it in>.", reconciler.EnabledLabel, reconciler.SeenInAnnotation)
+	d.sayf("The controller is the one in sample/filewatcher: server.NewServer on %s, configwatcher.NewFileWatcher on that directory, srv.Watch.", hostName)
+	d.sayf("Its reconciler stamps every ConfigMap labelled %s=true with %s=<the cluster it found it in>.", reconciler.EnabledLabel, reconciler.SeenInAnnotation)
 
 	srvCtx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan error, 1)
@@ -274,7 +274,7 @@ func (d *demo) startController(ctx context.Context, logTo io.Writer) error {
 }
 
 func (d *demo) work(ctx context.Context) error {
-	d.say("Creating ConfigMap %s/greeting, labelled %s=true, in member-1, member-2 and member-3 (straight through each one's API server, as kubectl would).", namespace, reconciler.EnabledLabel)
+	d.sayf("Creating ConfigMap %s/greeting, labelled %s=true, in member-1, member-2 and member-3 (straight through each one's API server, as kubectl would).", namespace, reconciler.EnabledLabel)
 	for _, name := range []string{"member-1", "member-2", "member-3"} {
 		if err := d.createConfigMap(ctx, name, "greeting"); err != nil {
 			return err
@@ -285,7 +285,7 @@ func (d *demo) work(ctx context.Context) error {
 			return err
 		}
 	}
-	d.say("Checked through each member's own API server: every greeting names the cluster it lives in.")
+	d.sayf("Checked through each member's own API server: every greeting names the cluster it lives in.")
 	return nil
 }
 
@@ -293,11 +293,11 @@ func (d *demo) add(ctx context.Context) error {
 	if err := d.createConfigMap(ctx, joinLater, "greeting"); err != nil {
 		return err
 	}
-	d.say("%s already runs and holds a ConfigMap %s/greeting, but the controller does not know it yet.", joinLater, namespace)
+	d.sayf("%s already runs and holds a ConfigMap %s/greeting, but the controller does not know it yet.", joinLater, namespace)
 	if err := d.dropKubeconfig(joinLater); err != nil {
 		return err
 	}
-	d.say("Dropped %s.kubeconfig into %s (written under a hidden name, then renamed).", joinLater, d.watched)
+	d.sayf("Dropped %s.kubeconfig into %s (written under a hidden name, then renamed).", joinLater, d.watched)
 	if err := d.waitFor(ctx, joinLater+" to be ready", func() (bool, error) {
 		st, err := d.srv.Status(joinLater)
 		return err == nil && st.Phase == server.PhaseReady, nil
@@ -307,7 +307,7 @@ func (d *demo) add(ctx context.Context) error {
 	if err := d.waitStamped(ctx, joinLater, "greeting"); err != nil {
 		return err
 	}
-	d.say("%s joined live: its existing ConfigMap was reconciled without restarting anything.", joinLater)
+	d.sayf("%s joined live: its existing ConfigMap was reconciled without restarting anything.", joinLater)
 	return nil
 }
 
@@ -315,14 +315,14 @@ func (d *demo) remove(ctx context.Context) error {
 	if err := os.Remove(filepath.Join(d.watched, leaveName+".kubeconfig")); err != nil {
 		return err
 	}
-	d.say("Deleted %s.kubeconfig from %s.", leaveName, d.watched)
+	d.sayf("Deleted %s.kubeconfig from %s.", leaveName, d.watched)
 	if err := d.waitFor(ctx, leaveName+" to leave the fleet", func() (bool, error) {
 		_, err := d.srv.Status(leaveName)
 		return errors.Is(err, server.ErrClusterNotFound), nil
 	}); err != nil {
 		return err
 	}
-	d.say("Creating ConfigMap %s/after-removal in %s and in member-1.", namespace, leaveName)
+	d.sayf("Creating ConfigMap %s/after-removal in %s and in member-1.", namespace, leaveName)
 	for _, name := range []string{leaveName, "member-1"} {
 		if err := d.createConfigMap(ctx, name, "after-removal"); err != nil {
 			return err
@@ -344,7 +344,7 @@ func (d *demo) remove(ctx context.Context) error {
 			return err
 		}
 	}
-	d.say("%s's after-removal stayed unstamped for %s: nothing reconciles %s any more; the other members carry on.", leaveName, untouchedFor, leaveName)
+	d.sayf("%s's after-removal stayed unstamped for %s: nothing reconciles %s any more; the other members carry on.", leaveName, untouchedFor, leaveName)
 	return nil
 }
 
@@ -352,17 +352,17 @@ func (d *demo) remove(ctx context.Context) error {
 func (d *demo) handsOn() {
 	fmt.Println()
 	m1 := d.fleet.Cluster("member-1").KubeconfigPath
-	d.say("The fleet and the controller keep running. Try, in another terminal:")
-	d.say("    kubectl --kubeconfig %s -n %s create configmap hello --from-literal=say=hi", m1, namespace)
-	d.say("    kubectl --kubeconfig %s -n %s label configmap hello %s=true", m1, namespace, reconciler.EnabledLabel)
-	d.say("    kubectl --kubeconfig %s -n %s get configmap hello -o jsonpath='{.metadata.annotations}'", m1, namespace)
-	d.say("    cp %s %s/    # %s joins again", d.fleet.Cluster(leaveName).KubeconfigPath, d.watched, leaveName)
-	d.say("    rm %s/member-3.kubeconfig    # member-3 leaves", d.watched)
-	d.say("Press Ctrl-C to stop everything and clean up.")
+	d.sayf("The fleet and the controller keep running. Try, in another terminal:")
+	d.sayf("    kubectl --kubeconfig %s -n %s create configmap hello --from-literal=say=hi", m1, namespace)
+	d.sayf("    kubectl --kubeconfig %s -n %s label configmap hello %s=true", m1, namespace, reconciler.EnabledLabel)
+	d.sayf("    kubectl --kubeconfig %s -n %s get configmap hello -o jsonpath='{.metadata.annotations}'", m1, namespace)
+	d.sayf("    cp %s %s/    # %s joins again", d.fleet.Cluster(leaveName).KubeconfigPath, d.watched, leaveName)
+	d.sayf("    rm %s/member-3.kubeconfig    # member-3 leaves", d.watched)
+	d.sayf("Press Ctrl-C to stop everything and clean up.")
 }
 
 func (d *demo) summary() {
-	d.say("What the controller did:")
+	d.sayf("What the controller did:")
 	in := map[string]server.ClusterStatus{}
 	for _, st := range d.srv.Statuses() {
 		in[st.Name] = st
@@ -383,31 +383,31 @@ func (d *demo) summary() {
 // file the demo wrote (but the log).
 func (d *demo) cleanup() {
 	fmt.Println()
-	d.say("Cleaning up.")
+	d.sayf("Cleaning up.")
 	if d.stopController != nil {
 		started := time.Now()
 		if err := d.stopController(); err != nil {
-			d.say("  the controller stopped with an error: %v", err)
+			d.sayf("  the controller stopped with an error: %v", err)
 		} else {
-			d.say("  stopped the controller (%s)", since(started))
+			d.sayf("  stopped the controller (%s)", since(started))
 		}
 	}
 	if d.fleet != nil {
 		started := time.Now()
 		if err := d.fleet.Stop(); err != nil {
-			d.say("  stopping the API servers: %v", err)
+			d.sayf("  stopping the API servers: %v", err)
 		} else {
-			d.say("  stopped %d API servers and their etcds (%s)", len(d.fleet.Clusters), since(started))
+			d.sayf("  stopped %d API servers and their etcds (%s)", len(d.fleet.Clusters), since(started))
 		}
 	}
 	// A start that failed halfway, or a process that ignored its stop
 	// signal: anything still running from under root is ours.
 	if n := killLeftovers(d.root); n > 0 {
-		d.say("  killed %d leftover process(es)", n)
+		d.sayf("  killed %d leftover process(es)", n)
 	}
 	if err := os.RemoveAll(d.root); err != nil {
-		d.say("  removing %s: %v", d.root, err)
+		d.sayf("  removing %s: %v", d.root, err)
 	} else {
-		d.say("  removed %s", d.root)
+		d.sayf("  removed %s", d.root)
 	}
 }
