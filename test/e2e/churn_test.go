@@ -131,8 +131,7 @@ func TestChurnAddDelete100(t *testing.T) {
 	}
 
 	w.stop()
-	_, _, missed, _, _, _ := w.summary()
-	if missed > 0 {
+	if missed := w.summary().missed; missed > 0 {
 		t.Errorf("the steady members missed %d rounds during the churn", missed)
 	}
 	if err := r.stop(); err != nil {

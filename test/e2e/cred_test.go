@@ -92,9 +92,9 @@ func (s rotationScenario) run(t *testing.T, r *faultServer, rotate func() time.T
 	if st.Failures != 0 {
 		t.Errorf("%s failed %d times (last error %v)", s.name, st.Failures, st.LastError)
 	}
-	rounds, checked, missed, _, _, maxLag := w.summary()
-	if missed > 0 {
-		t.Errorf("%d of %d rounds were not reconciled in time around the rotation", missed, rounds)
+	sum := w.summary()
+	if sum.missed > 0 {
+		t.Errorf("%d of %d rounds were not reconciled in time around the rotation", sum.missed, sum.rounds)
 	}
 	w.mu.Lock()
 	last := w.seq
@@ -105,7 +105,7 @@ func (s rotationScenario) run(t *testing.T, r *faultServer, rotate func() time.T
 	}
 	t.Logf("figure: rotation (%s): %s → Ready on the new token in %s (goal ≤ %s)", via, via, dur(took), rotationGoal)
 	t.Logf("figure: rotation (%s): %d rounds × %d objects, %d reconciles (each with a write on the member's credentials) checked, %d rounds lost; slowest write→reconcile %s (includes the restart); old token rejected %s after revocation, member stayed Ready",
-		via, rounds, s.n, checked, missed, dur(maxLag), dur(revokedIn))
+		via, sum.rounds, s.n, sum.checked, sum.missed, dur(sum.maxLag), dur(revokedIn))
 }
 
 // TestCredRotationFile rotates a member's ServiceAccount token by replacing
@@ -282,8 +282,7 @@ func TestRevokedCredentialsFailMember(t *testing.T) {
 	if _, ready := phases.first(server.PhaseReady, revokedAt.Add(time.Millisecond)); ready {
 		t.Errorf("%s was Ready again with a revoked token: %s", name, phases)
 	}
-	_, _, missed, _, _, _ := w.summary()
-	if missed > 0 {
+	if missed := w.summary().missed; missed > 0 {
 		t.Errorf("the other members missed %d rounds", missed)
 	}
 	delays := make([]string, len(attempts))

@@ -414,9 +414,9 @@ func TestHostileDirectoryKeepsFleetSafe(t *testing.T) {
 			t.Errorf("%s was disturbed by the storm: before %+v, after %+v", m, before[m], st)
 		}
 	}
-	rounds, checked, missed, p50, p99, maxLag := w.summary()
+	sum := w.summary()
 	w.report(t, "hostile: members a, b")
 	t.Logf("figure: hostile: %d entries (%d refused or broken kubeconfigs, %d non-files skipped), all reported by name in %s; %d errors; a good file served %s after; %d files outside opened; %d requests to the attacker",
 		files, len(mustReport), skipped, dur(allReported), len(reported), dur(goodLatency), len(opened), attacked.Load())
-	t.Logf("figure: hostile: %d rounds, %d reconciles checked, %d misses; write→reconcile p50 %s, p99 %s, max %s", rounds, checked, missed, dur(p50), dur(p99), dur(maxLag))
+	t.Logf("figure: hostile: %d rounds, %d reconciles checked, %d misses; write→reconcile p50 %s, p99 %s, max %s", sum.rounds, sum.checked, sum.missed, dur(sum.p50), dur(sum.p99), dur(sum.maxLag))
 }

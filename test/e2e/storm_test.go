@@ -49,7 +49,7 @@ func stormCandidate(t testing.TB, rng *rand.Rand, i int, good *rest.Config) []by
 	case 0:
 		b := make([]byte, 1+rng.IntN(4096))
 		for j := range b {
-			b[j] = byte(rng.UintN(256))
+			b[j] = byte(rng.UintN(256) & 0xff)
 		}
 		return b
 	case 1:
@@ -157,8 +157,9 @@ func TestFileStormKeepsFleetReconciling(t *testing.T) {
 	w := newWorkload(t, r.rec, ns, n, membersNamed("a", "b"), 2*time.Second)
 	w.start()
 	rng := rand.New(rand.NewPCG(1, 2))
-	var paths []string
-	for i := 0; i < 1000; i++ {
+	const files = 1000
+	paths := make([]string, 0, files)
+	for i := range files {
 		p := filepath.Join(dir, fmt.Sprintf("storm-%04d.kubeconfig", i))
 		if err := os.WriteFile(p, stormFile(t, rng, i, fleet.Cluster("a").Config, filepath.Join(dir, "a.kubeconfig")), 0o600); err != nil {
 			t.Fatal(err)

@@ -221,7 +221,7 @@ func setSeq(ctx context.Context, cl client.Client, ns, name string, seq int) err
 	patch := fmt.Appendf(nil, `{"data":{"seq":%q}}`, strconv.Itoa(seq))
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
 	var err error
-	for try := 0; try < 5; try++ {
+	for range 5 {
 		if err = cl.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch)); err == nil {
 			return nil
 		}
@@ -379,23 +379,32 @@ func (w *workload) waitRounds(t testing.TB, n int) {
 	})
 }
 
+// workloadSummary is what a workload saw: its rounds, the reconciles
+// checked, the rounds that missed the bound, and write→reconcile lag
+// percentiles.
+type workloadSummary struct {
+	rounds, checked, missed int
+	p50, p99, maxLag        time.Duration
+}
+
 // summary reports rounds, reconciles checked, misses and lag percentiles.
-func (w *workload) summary() (rounds, checked, missed int, p50, p99, maxLag time.Duration) {
+func (w *workload) summary() workloadSummary {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	lags := slices.Clone(w.lags)
 	slices.Sort(lags)
+	sum := workloadSummary{rounds: w.rounds, checked: len(lags), missed: len(w.missed)}
 	if len(lags) > 0 {
-		p50, p99, maxLag = lags[len(lags)/2], lags[len(lags)*99/100], lags[len(lags)-1]
+		sum.p50, sum.p99, sum.maxLag = lags[len(lags)/2], lags[len(lags)*99/100], lags[len(lags)-1]
 	}
-	return w.rounds, len(lags), len(w.missed), p50, p99, maxLag
+	return sum
 }
 
 func (w *workload) report(t testing.TB, what string) {
 	t.Helper()
-	rounds, checked, missed, p50, p99, maxLag := w.summary()
+	sum := w.summary()
 	t.Logf("figure: %s: %d rounds, %d (cluster, object, seq) reconciles checked, %d rounds missed the %s bound; write→reconcile p50 %s, p99 %s, max %s",
-		what, rounds, checked, missed, w.bound, dur(p50), dur(p99), dur(maxLag))
+		what, sum.rounds, sum.checked, sum.missed, w.bound, dur(sum.p50), dur(sum.p99), dur(sum.maxLag))
 }
 
 // lastWrite returns the latest of a target's write times, if it has any.
