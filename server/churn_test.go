@@ -234,10 +234,11 @@ func churnTest(t *testing.T, hostCfg *rest.Config, variant func(name string, v i
 	}
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	churn := func(n int) {
+	// churn makes n calls; phase, with seed, picks the random streams.
+	churn := func(phase uint64, n int) {
 		var wg sync.WaitGroup
-		for g := range workers {
-			rng := rand.New(rand.NewPCG(seed+uint64(g), uint64(n)))
+		for g := range uint64(workers) {
+			rng := rand.New(rand.NewPCG(seed+g, phase))
 			wg.Go(func() {
 				for range n / workers {
 					name := fmt.Sprintf("c%d", rng.IntN(names))
@@ -272,17 +273,17 @@ func churnTest(t *testing.T, hostCfg *rest.Config, variant func(name string, v i
 	}
 
 	begin := time.Now()
-	churn(ops / 10) // before Start: nothing runs yet
+	churn(1, ops/10) // before Start: nothing runs yet
 	ctx, cancel := context.WithCancel(context.Background())
 	startDone := make(chan error, 1)
 	go func() { startDone <- srv.Start(ctx) }()
-	churn(ops * 8 / 10)
+	churn(2, ops*8/10)
 	// The run ends while calls keep coming (as when the host loses its
 	// lease): Start returns only once every member has stopped.
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
-		churn(ops / 10)
+		churn(3, ops/10)
 	}()
 	cancel()
 	select {

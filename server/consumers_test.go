@@ -122,9 +122,9 @@ func TestConcurrentConsumersDuringChurn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), run)
 	defer cancel()
 	var wg sync.WaitGroup
-	for g := range consumers {
+	for g := range uint64(consumers) {
 		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano())))
+			rng := rand.New(rand.NewPCG(g, uint64(time.Now().UnixNano())))
 			for ctx.Err() == nil {
 				i := rng.IntN(good + broken)
 				name := fmt.Sprintf("c%02d", i)
@@ -217,9 +217,9 @@ func TestConcurrentConsumersDuringChurn(t *testing.T) {
 	}
 	var churned atomic.Int64
 	var churners sync.WaitGroup
-	for g := range 3 {
+	for g := range uint64(3) {
 		churners.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(100+g), uint64(time.Now().UnixNano())))
+			rng := rand.New(rand.NewPCG(100+g, uint64(time.Now().UnixNano())))
 			churn(rng, &churned)
 		})
 	}
