@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -310,20 +311,21 @@ type managerRunnable func(context.Context) error
 func (f managerRunnable) Start(ctx context.Context) error { return f(ctx) }
 
 // TestFleetListWaitsForSyncingMembers: a fleet-wide List made while
-// members are still Syncing (one of their controllers watches a kind that
-// cannot sync yet) waits for their caches, as a cached client does,
-// instead of failing with ErrClusterNotReady.
+// members are still Syncing (one of their controllers has a source that has
+// not synced yet) waits for their caches, as a cached client does, instead
+// of failing with ErrClusterNotReady.
 func TestFleetListWaitsForSyncingMembers(t *testing.T) {
-	secrets := func(mgr ctrl.Manager) error {
-		return ctrl.NewControllerManagedBy(mgr).Named("secrets").For(&corev1.Secret{}).
+	release := make(chan struct{})
+	defer close(release)
+	gated := func(mgr ctrl.Manager) error {
+		return ctrl.NewControllerManagedBy(mgr).Named("gated").WatchesRawSource(gatedSource{release}).
 			Complete(reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) {
 				return reconcile.Result{}, nil
 			}))
 	}
-	srv, _ := fakeServer(t, nil, configMapController("cms"), secrets)
+	srv, _ := fakeServer(t, nil, configMapController("cms"), gated)
 	for _, name := range []string{"s1", "s2"} {
 		f := fakeMember(t, "cm-"+name)
-		f.Forbid("secrets")
 		if err := srv.Add(config.NewNamedConfig(name, f.Config())); err != nil {
 			t.Fatal(err)
 		}
@@ -341,6 +343,28 @@ func TestFleetListWaitsForSyncingMembers(t *testing.T) {
 	}
 	if !got["s1/cm-s1"] || !got["s2/cm-s2"] {
 		t.Errorf("items: %v", got)
+	}
+	for _, name := range []string{"s1", "s2"} {
+		if st, _ := srv.Status(name); st.Phase != server.PhaseSyncing {
+			t.Errorf("%s is %s: the List was not made while it synced", name, st.Phase)
+		}
+	}
+}
+
+// gatedSource is a source that has synced only once release is closed: it
+// keeps a member Syncing for as long as a test needs.
+type gatedSource struct{ release chan struct{} }
+
+func (gatedSource) Start(context.Context, workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	return nil
+}
+
+func (s gatedSource) WaitForSync(ctx context.Context) error {
+	select {
+	case <-s.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -131,7 +131,7 @@ func (s *Server) Add(nc *config.NamedConfig) error {
 		if r := s.currentRun(); r != nil {
 			c.start(r)
 		}
-		s.log.V(1).Info("cluster added", "cluster", nc.Name, "source", nc.Source.String())
+		s.log.Info("cluster added", "cluster", nc.Name, "source", nc.Source.String())
 		return nil
 	}
 }
