@@ -113,11 +113,11 @@ vet: ## go vet the library.
 	$(GO) vet ./...
 
 .PHONY: lint
-lint: vet ## gofmt check + vet.
+lint: vet lint-go ## gofmt, go vet, golangci-lint, go mod tidy -diff, generated files up to date (make test runs it).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: test
-test: $(ASSETS_DEP) lint usercheck ## Build API-server binaries if missing, then vet, check a user module, and run every test with -race.
+test: $(ASSETS_DEP) lint usercheck ## Build API-server binaries if missing, lint, check a user module, and run every test with -race.
 	$(GO) test -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $$($(GO) list ./... | grep -v /test/e2e)
 	@# The end-to-end fault suite prints the figures it measured (lines with "figure:").
 	@mkdir -p bin

@@ -22,7 +22,7 @@ func TestKilledTestBinaryLeavesNoAPIServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an API server in a child process; make test runs it")
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$") //nolint:gosec // G702: this test binary
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperFleetEnv+"=1")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"github.com/go-logr/logr"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -14,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -77,7 +78,7 @@ func rssKiB() int64 {
 	if err != nil {
 		return 0
 	}
-	for _, line := range strings.Split(string(raw), "\n") {
+	for line := range strings.SplitSeq(string(raw), "\n") {
 		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
 			v, _ := strconv.ParseInt(f[1], 10, 64)
 			return v
@@ -88,7 +89,7 @@ func rssKiB() int64 {
 
 // settle lets the heap and goroutines come to rest before a reading.
 func settle() {
-	for i := 0; i < 3; i++ {
+	for range 3 {
 		runtime.GC()
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -128,7 +129,7 @@ func BenchmarkFleet100(b *testing.B) {
 		rss0, gr0 := rssKiB(), runtime.NumGoroutine()
 		added := map[string]time.Time{}
 		begin := time.Now()
-		for c := 0; c < clusters; c++ {
+		for c := range clusters {
 			name := fmt.Sprintf("member-%03d", c)
 			added[name] = time.Now()
 			if err := srv.Add(config.NewNamedConfig(name, fleet.Cluster(members[c%len(members)]).Config)); err != nil {
@@ -146,7 +147,7 @@ func BenchmarkFleet100(b *testing.B) {
 		}
 
 		g.mu.Lock()
-		var firsts []time.Duration
+		firsts := make([]time.Duration, 0, len(g.first))
 		for name, at := range g.first {
 			firsts = append(firsts, at.Sub(added[name]))
 		}
