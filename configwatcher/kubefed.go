@@ -128,7 +128,7 @@ type KubeFedWatcher struct {
 	changed chan struct{}
 
 	// settled is closed once the informers have synced or the watcher
-	// stops; see syncinformer.Settled.
+	// stops; see syncinformer.Wrap.
 	settled     chan struct{}
 	markSettled func()
 
@@ -197,7 +197,7 @@ func NewKubeFedWatcher(hostCfg *rest.Config, opts ...KubeFedOption) (*KubeFedWat
 		// never syncs, and those goroutines would outlive the watcher.
 		// The checkers complete once run has seen the cache sync, or the
 		// watcher stops.
-		NewInformer: syncinformer.Settled(w.settled),
+		NewInformer: syncinformer.Wrap(w.settled, nil, nil),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("configwatcher: KubeFed host %s: %w", hostCfg.Host, err)

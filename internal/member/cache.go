@@ -12,9 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/mccr-dev/mccr/internal/syncinformer"
 )
 
 // syncNotifyingCache makes a member's start wait for its caches by
@@ -37,13 +38,14 @@ type syncNotifyingCache struct {
 	// reads of those cannot wait, and take the direct path.
 	synced sync.Map
 	// forbidden are the kinds the member may not read.
-	forbidden *forbiddenKinds
+	forbidden *syncinformer.Kinds
 
-	mu       sync.Mutex
-	checkers []toolscache.DoneChecker
+	// tracker knows the sync checkers of every informer and handler
+	// registration handed out, for WaitForCacheSync.
+	tracker syncinformer.Tracker
 }
 
-func newSyncNotifyingCache(lifetime context.Context, next cache.NewCacheFunc, forbidden *forbiddenKinds) cache.NewCacheFunc {
+func newSyncNotifyingCache(lifetime context.Context, next cache.NewCacheFunc, forbidden *syncinformer.Kinds) cache.NewCacheFunc {
 	if next == nil {
 		next = cache.New
 	}
@@ -92,7 +94,7 @@ func (c *syncNotifyingCache) List(ctx context.Context, list client.ObjectList, o
 // readable refuses a read of a kind the member may not list: its informer
 // cannot sync, and the read would wait for as long as the member lives.
 func (c *syncNotifyingCache) readable(t reflect.Type) error {
-	if t == nil || !c.forbidden.has(t.String()) {
+	if t == nil || !c.forbidden.Has(t.String()) {
 		return nil
 	}
 	return apierrors.NewForbidden(schema.GroupResource{Resource: t.String()}, "", errForbiddenKind)
@@ -195,12 +197,6 @@ func notStarted(err error) bool {
 	return errors.As(err, &ns)
 }
 
-func (c *syncNotifyingCache) track(d toolscache.DoneChecker) {
-	c.mu.Lock()
-	c.checkers = append(c.checkers, d)
-	c.mu.Unlock()
-}
-
 // blocking reports whether opts ask GetInformer to wait for the sync (the
 // default).
 func blocking(opts []cache.InformerGetOption) bool {
@@ -215,15 +211,14 @@ func (c *syncNotifyingCache) wrap(ctx context.Context, i cache.Informer, err err
 	if err != nil {
 		return nil, err
 	}
-	d := i.HasSyncedChecker()
-	c.track(d)
+	tracked := c.tracker.Track(i)
 	if block {
 		select {
-		case <-d.Done():
+		case <-i.HasSyncedChecker().Done():
 		case <-ctx.Done():
 		}
 	}
-	return &notifyingInformer{Informer: i, c: c}, nil
+	return tracked, nil
 }
 
 func (c *syncNotifyingCache) GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error) {
@@ -239,15 +234,8 @@ func (c *syncNotifyingCache) GetInformerForKind(ctx context.Context, gvk schema.
 // WaitForCacheSync waits for every informer and handler handed out by this
 // cache to report synced, then lets the underlying cache confirm.
 func (c *syncNotifyingCache) WaitForCacheSync(ctx context.Context) bool {
-	c.mu.Lock()
-	checkers := append([]toolscache.DoneChecker(nil), c.checkers...)
-	c.mu.Unlock()
-	for _, d := range checkers {
-		select {
-		case <-d.Done():
-		case <-ctx.Done():
-			return false
-		}
+	if !c.tracker.Wait(ctx) {
+		return false
 	}
 	// The underlying wait can block on the informer map's lock (held
 	// across a discovery request) without looking at ctx.
@@ -259,28 +247,4 @@ func (c *syncNotifyingCache) WaitForCacheSync(ctx context.Context) bool {
 	case <-ctx.Done():
 		return false
 	}
-}
-
-type notifyingInformer struct {
-	cache.Informer
-	c *syncNotifyingCache
-}
-
-func (i *notifyingInformer) tracked(r toolscache.ResourceEventHandlerRegistration, err error) (toolscache.ResourceEventHandlerRegistration, error) {
-	if err == nil {
-		i.c.track(r.HasSyncedChecker())
-	}
-	return r, err
-}
-
-func (i *notifyingInformer) AddEventHandler(h toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {
-	return i.tracked(i.Informer.AddEventHandler(h))
-}
-
-func (i *notifyingInformer) AddEventHandlerWithResyncPeriod(h toolscache.ResourceEventHandler, p time.Duration) (toolscache.ResourceEventHandlerRegistration, error) {
-	return i.tracked(i.Informer.AddEventHandlerWithResyncPeriod(h, p))
-}
-
-func (i *notifyingInformer) AddEventHandlerWithOptions(h toolscache.ResourceEventHandler, o toolscache.HandlerOptions) (toolscache.ResourceEventHandlerRegistration, error) {
-	return i.tracked(i.Informer.AddEventHandlerWithOptions(h, o))
 }

@@ -21,6 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/conversion"
+
+	"github.com/mccr-dev/mccr/internal/syncinformer"
 )
 
 var (
@@ -174,7 +176,7 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 	if lifetime == nil {
 		lifetime = context.Background()
 	}
-	forbidden := newForbiddenKinds()
+	forbidden := syncinformer.NewKinds()
 	memberHC, mapperHC, err := httpClients(lifetime, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating HTTP client: %w", err)
@@ -188,14 +190,14 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 		if mp := co.MapperProvider; mp != nil {
 			co.MapperProvider = func(c *rest.Config, _ *http.Client) (meta.RESTMapper, error) { return mp(c, mapperHC) }
 		}
-		co.Cache.NewInformer = newInformerFunc(lifetime, co.Cache.NewInformer, forbidden)
+		co.Cache.NewInformer = syncinformer.Wrap(lifetime.Done(), co.Cache.NewInformer, forbidden)
 		next := co.Cache.DefaultWatchErrorHandler
 		if next == nil {
 			next = toolscache.DefaultWatchErrorHandler
 		}
 		co.Cache.DefaultWatchErrorHandler = func(ctx context.Context, r *toolscache.Reflector, err error) {
 			if apierrors.IsForbidden(err) {
-				forbidden.forbid(r.TypeDescription())
+				forbidden.Forbid(r.TypeDescription())
 			}
 			next(ctx, r, err)
 		}

@@ -21,10 +21,10 @@ func closed(c <-chan struct{}) bool {
 }
 
 // An informer that never runs reports synced through its checkers once the
-// owner says so, and only then.
-func TestSettled(t *testing.T) {
+// owner ends it, and only then.
+func TestWrapEnds(t *testing.T) {
 	settled := make(chan struct{})
-	inf := Settled(settled)(fcache.NewFakeControllerSource(), &corev1.Pod{}, 0, toolscache.Indexers{})
+	inf := Wrap(settled, nil, nil)(fcache.NewFakeControllerSource(), &corev1.Pod{}, 0, toolscache.Indexers{})
 	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{})
 	if err != nil {
 		t.Fatal(err)
@@ -36,9 +36,7 @@ func TestSettled(t *testing.T) {
 		t.Fatal("HasSynced must stay the informer's own")
 	}
 	close(settled)
-	if !closed(inf.HasSyncedChecker().Done()) || !closed(reg.HasSyncedChecker().Done()) {
-		t.Fatal("checker not done after settled")
-	}
+	waitClosed(t, inf.HasSyncedChecker().Done(), reg.HasSyncedChecker().Done())
 	if err := inf.RemoveEventHandler(reg); err != nil {
 		t.Fatalf("removing a wrapped registration: %v", err)
 	}
@@ -70,5 +68,48 @@ func TestTrackerWait(t *testing.T) {
 	}
 	if !raw.HasSynced() {
 		t.Fatal("Wait returned before the informer synced")
+	}
+}
+
+// A forbidden kind counts as synced, checkers and HasSynced alike; a real
+// sync takes it out of the set again.
+func TestWrapForbiddenKind(t *testing.T) {
+	ends := make(chan struct{})
+	defer close(ends)
+	kinds := NewKinds()
+	src := fcache.NewFakeControllerSource()
+	inf := Wrap(ends, nil, kinds)(src, &corev1.Pod{}, 0, toolscache.Indexers{})
+	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inf.HasSynced() || reg.HasSynced() || closed(inf.HasSyncedChecker().Done()) {
+		t.Fatal("synced before anything happened")
+	}
+	kinds.Forbid(KindOf(&corev1.Pod{}))
+	waitClosed(t, inf.HasSyncedChecker().Done(), reg.HasSyncedChecker().Done())
+	if !inf.HasSynced() || !reg.HasSynced() {
+		t.Fatal("a forbidden kind does not count as synced")
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go inf.Run(stop)
+	deadline := time.Now().Add(10 * time.Second)
+	for kinds.Has(KindOf(&corev1.Pod{})) {
+		if time.Now().After(deadline) {
+			t.Fatal("the kind stayed forbidden after the informer synced")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitClosed(t *testing.T, chs ...<-chan struct{}) {
+	t.Helper()
+	for _, c := range chs {
+		select {
+		case <-c:
+		case <-time.After(5 * time.Second):
+			t.Fatal("checker not done")
+		}
 	}
 }

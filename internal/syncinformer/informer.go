@@ -1,0 +1,150 @@
+package syncinformer
+
+import (
+	"reflect"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	toolscache "k8s.io/client-go/tools/cache"
+)
+
+// NewInformerFunc builds an informer; it is the type of
+// cache.Options.NewInformer.
+type NewInformerFunc = func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer
+
+// Wrap returns a NewInformerFunc around next (client-go's constructor when
+// nil) whose informers report, through HasSyncedChecker (theirs and their
+// handler registrations'), done once they have synced, once ends is
+// closed, or while their kind is in forbidden (nil: none). HasSynced stays
+// true to the informer except for forbidden kinds, which count as synced.
+//
+// client-go closes an informer's HasSyncedChecker channel when it has
+// synced, and never when it stops first; controller-runtime's
+// namespace-restricted cache starts a goroutine per informer and per
+// registration that waits on that channel. Closing ends when the cache
+// stops lets those goroutines go. See Kinds for forbidden kinds.
+func Wrap(ends <-chan struct{}, next NewInformerFunc, forbidden *Kinds) NewInformerFunc {
+	if next == nil {
+		next = toolscache.NewSharedIndexInformer
+	}
+	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, idx toolscache.Indexers) toolscache.SharedIndexInformer {
+		inner := next(lw, obj, resync, idx)
+		i := &informer{SharedIndexInformer: inner, ends: ends, forbidden: forbidden, kind: KindOf(obj)}
+		i.synced = i.follow(inner.HasSyncedChecker(), true)
+		return i
+	}
+}
+
+// KindOf describes obj's type as client-go's reflectors do
+// (Reflector.TypeDescription), the key of Kinds.
+func KindOf(obj runtime.Object) string { return reflect.TypeOf(obj).String() }
+
+// informer is a SharedIndexInformer whose sync checkers, its own and those
+// of its handler registrations, also finish when ends closes or the kind is
+// forbidden.
+type informer struct {
+	toolscache.SharedIndexInformer
+	ends      <-chan struct{}
+	forbidden *Kinds
+	kind      string
+	synced    toolscache.DoneChecker
+}
+
+// follow returns a DoneChecker that is done when d is, when ends closes,
+// or while the kind is forbidden. With owner set, a real
+// sync of d also takes the kind out of the forbidden set (its rule was
+// granted). The goroutine ends with the first two.
+func (i *informer) follow(d toolscache.DoneChecker, owner bool) toolscache.DoneChecker {
+	e := &doneChecker{name: d.Name(), done: make(chan struct{})}
+	select {
+	case <-d.Done():
+		close(e.done)
+		return e
+	default:
+	}
+	go func() {
+		var once sync.Once
+		finish := func() { once.Do(func() { close(e.done) }) }
+		defer finish()
+		for {
+			changed := i.forbidden.Changes()
+			if i.forbidden.Has(i.kind) {
+				finish()
+			}
+			select {
+			case <-d.Done():
+				if owner {
+					i.forbidden.Allow(i.kind)
+				}
+				return
+			case <-i.ends:
+				return
+			case <-changed:
+			}
+		}
+	}()
+	return e
+}
+
+type doneChecker struct {
+	name string
+	done chan struct{}
+}
+
+func (d *doneChecker) Name() string          { return d.name }
+func (d *doneChecker) Done() <-chan struct{} { return d.done }
+
+func (i *informer) HasSyncedChecker() toolscache.DoneChecker { return i.synced }
+
+// HasSynced is true once the informer has synced, and while its kind is
+// forbidden (controller-runtime's cache-wide waits use it).
+func (i *informer) HasSynced() bool {
+	return i.SharedIndexInformer.HasSynced() || i.forbidden.Has(i.kind)
+}
+
+func (i *informer) AddEventHandler(h toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {
+	return i.registration(i.SharedIndexInformer.AddEventHandler(h))
+}
+
+func (i *informer) AddEventHandlerWithResyncPeriod(h toolscache.ResourceEventHandler, p time.Duration) (toolscache.ResourceEventHandlerRegistration, error) {
+	return i.registration(i.SharedIndexInformer.AddEventHandlerWithResyncPeriod(h, p))
+}
+
+func (i *informer) AddEventHandlerWithOptions(h toolscache.ResourceEventHandler, o toolscache.HandlerOptions) (toolscache.ResourceEventHandlerRegistration, error) {
+	return i.registration(i.SharedIndexInformer.AddEventHandlerWithOptions(h, o))
+}
+
+// RemoveEventHandler unwraps what AddEventHandler returned.
+func (i *informer) RemoveEventHandler(r toolscache.ResourceEventHandlerRegistration) error {
+	if mr, ok := r.(*registration); ok {
+		r = mr.ResourceEventHandlerRegistration
+	}
+	return i.SharedIndexInformer.RemoveEventHandler(r)
+}
+
+func (i *informer) registration(r toolscache.ResourceEventHandlerRegistration, err error) (toolscache.ResourceEventHandlerRegistration, error) {
+	if err != nil {
+		return r, err
+	}
+	return &registration{ResourceEventHandlerRegistration: r, informer: i}, nil
+}
+
+type registration struct {
+	toolscache.ResourceEventHandlerRegistration
+	informer *informer
+
+	once   sync.Once
+	synced toolscache.DoneChecker
+}
+
+func (r *registration) HasSyncedChecker() toolscache.DoneChecker {
+	r.once.Do(func() { r.synced = r.informer.follow(r.ResourceEventHandlerRegistration.HasSyncedChecker(), false) })
+	return r.synced
+}
+
+// HasSynced is true once the handler has seen the initial list, and while
+// the kind is forbidden (a controller's source waits on it).
+func (r *registration) HasSynced() bool {
+	return r.ResourceEventHandlerRegistration.HasSynced() || r.informer.forbidden.Has(r.informer.kind)
+}
