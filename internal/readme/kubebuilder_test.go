@@ -44,6 +44,9 @@ func TestKubebuilderMainMovesOver(t *testing.T) {
 	build(t, "_kubebuilder_after", src)
 }
 
+// build compiles src as the main package of a directory inside the module
+// (so its go.mod resolves the imports) that the go command's ./... patterns
+// ignore.
 func build(t *testing.T, prefix, src string) {
 	t.Helper()
 	dir, err := os.MkdirTemp(".", prefix)

@@ -2,7 +2,6 @@ package readme
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,18 +28,5 @@ func TestQuickstartCompiles(t *testing.T) {
 	}
 	code := block[start+len("```go\n") : stop]
 
-	// Inside the module (so its go.mod resolves the imports), in a directory
-	// the go command's ./... patterns ignore.
-	dir, err := os.MkdirTemp(".", "_quickstart")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) }) // best effort: the go command ignores "_" directories anyway
-	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(code), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("go", "build", "-o", os.DevNull, "./"+filepath.Base(dir))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("README quickstart does not compile: %v\n%s", err, out)
-	}
+	build(t, "_quickstart", code)
 }
