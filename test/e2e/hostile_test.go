@@ -20,10 +20,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/go-logr/logr"
-
-	"github.com/mccr-dev/mccr/configwatcher"
-	"github.com/mccr-dev/mccr/server"
 	"github.com/mccr-dev/mccr/test"
 )
 
@@ -278,57 +274,8 @@ func TestHostileDirectoryKeepsFleetSafe(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	dir := t.TempDir()
-	for _, m := range []string{"a", "b"} {
-		configMaps(t, m, ns, n)
-		if err := test.WriteKubeconfig(filepath.Join(dir, m+".kubeconfig"), m, fleet.Cluster(m).Config); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r := startFaultServer(t, ns, logr.Discard(), false)
-	feed, err := configwatcher.NewFileWatcher(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.srv.Watch(feed)
-	before := map[string]server.ClusterStatus{}
-	for _, m := range []string{"a", "b"} {
-		before[m] = waitPhase(t, r.srv, m, server.PhaseReady, 60*time.Second)
-	}
-
-	observer, err := configwatcher.NewFileWatcher(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var reported []string
-	var added []string
-	collected := make(chan struct{})
-	go func() {
-		defer close(collected)
-		events, errs := observer.Events(), observer.Errors()
-		for events != nil || errs != nil {
-			select {
-			case ev, ok := <-events:
-				if !ok {
-					events = nil
-					continue
-				}
-				mu.Lock()
-				added = append(added, ev.Type.String()+" "+ev.Config.Name)
-				mu.Unlock()
-			case err, ok := <-errs:
-				if !ok {
-					errs = nil
-					continue
-				}
-				mu.Lock()
-				reported = append(reported, err.Error())
-				mu.Unlock()
-			}
-		}
-	}()
-
+	d := newWatchedDir(t, ns, n)
+	dir, r := d.dir, d.r
 	opens := watchOpens(t, outside)
 	w := newWorkload(t, r.rec, ns, n, membersNamed("a", "b"), 2*time.Second)
 	w.start()
@@ -344,17 +291,7 @@ func TestHostileDirectoryKeepsFleetSafe(t *testing.T) {
 		}
 	}
 	unreported := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		var missing []string
-		for _, p := range mustReport {
-			if !slices.ContainsFunc(reported, func(e string) bool {
-				return strings.Contains(e, p) || strings.Contains(e, strconv.Quote(p))
-			}) {
-				missing = append(missing, strconv.Quote(filepath.Base(p)))
-			}
-		}
-		return missing
+		return d.unreported(mustReport, func(msg, p string) bool { return contains(msg, p) || contains(msg, strconv.Quote(p)) })
 	}
 	test.Eventually(t, 90*time.Second, "every hostile kubeconfig reported by name", func() bool { return len(unreported()) == 0 })
 	allReported := time.Since(began)
@@ -364,17 +301,12 @@ func TestHostileDirectoryKeepsFleetSafe(t *testing.T) {
 	if err := test.WriteKubeconfig(filepath.Join(dir, "zz-c.kubeconfig"), "c", fleet.Cluster("c").Config); err != nil {
 		t.Fatal(err)
 	}
-	test.Eventually(t, 30*time.Second, "a good file added after the storm", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Contains(added, "Added c")
-	})
+	test.Eventually(t, 30*time.Second, "a good file added after the storm", func() bool { return d.sawEvent("Added c") })
 	goodLatency := time.Since(goodAt)
 	w.waitRounds(t, 3)
 	w.stop()
 	opened := opens.stop()
-	observer.Stop()
-	<-collected
+	added, reported := d.stop()
 
 	if missing := unreported(); len(missing) > 0 {
 		t.Errorf("not reported: %v", missing)
@@ -397,23 +329,12 @@ func TestHostileDirectoryKeepsFleetSafe(t *testing.T) {
 			t.Errorf("the Server kept an error disclosing a secret: %.200q", e.Err.Error())
 		}
 	}
-	mu.Lock()
 	for _, ev := range added {
 		if ev != "Added a" && ev != "Added b" && ev != "Added c" {
 			t.Errorf("the observer saw %s", ev)
 		}
 	}
-	mu.Unlock()
-	names := r.srv.ClusterNames()
-	if !slices.Equal(names, []string{"a", "b", "c"}) {
-		t.Errorf("clusters after the storm: %v, want [a b c]", names)
-	}
-	for _, m := range []string{"a", "b"} {
-		st, _ := r.srv.Status(m)
-		if st.Phase != server.PhaseReady || st.Restarts != before[m].Restarts || !st.Since.Equal(before[m].Since) {
-			t.Errorf("%s was disturbed by the storm: before %+v, after %+v", m, before[m], st)
-		}
-	}
+	d.checkUndisturbed(t, "storm", "a", "b", "c")
 	sum := w.summary()
 	w.report(t, "hostile: members a, b")
 	t.Logf("figure: hostile: %d entries (%d refused or broken kubeconfigs, %d non-files skipped), all reported by name in %s; %d errors; a good file served %s after; %d files outside opened; %d requests to the attacker",

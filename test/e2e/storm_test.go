@@ -7,18 +7,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/mccr-dev/mccr/config"
-	"github.com/mccr-dev/mccr/configwatcher"
-	"github.com/mccr-dev/mccr/server"
 	"github.com/mccr-dev/mccr/test"
 )
 
@@ -106,54 +102,8 @@ func TestFileStormKeepsFleetReconciling(t *testing.T) {
 	}
 	const n = 5
 	ns := namespace(t, "storm")
-	dir := t.TempDir()
-	for _, m := range []string{"a", "b"} {
-		configMaps(t, m, ns, n)
-		if err := test.WriteKubeconfig(filepath.Join(dir, m+".kubeconfig"), m, fleet.Cluster(m).Config); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r := startFaultServer(t, ns, logr.Discard(), false)
-	feed, err := configwatcher.NewFileWatcher(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.srv.Watch(feed)
-	before := map[string]server.ClusterStatus{}
-	for _, m := range []string{"a", "b"} {
-		before[m] = waitPhase(t, r.srv, m, server.PhaseReady, 60*time.Second)
-	}
-
-	// A second watcher on the same directory, read continuously, sees every
-	// error (the Server keeps only the latest few).
-	observer, err := configwatcher.NewFileWatcher(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var reported []string
-	collected := make(chan struct{})
-	go func() {
-		defer close(collected)
-		events, errs := observer.Events(), observer.Errors()
-		for events != nil || errs != nil {
-			select {
-			case _, ok := <-events:
-				if !ok {
-					events = nil
-				}
-			case err, ok := <-errs:
-				if !ok {
-					errs = nil
-					continue
-				}
-				mu.Lock()
-				reported = append(reported, err.Error())
-				mu.Unlock()
-			}
-		}
-	}()
-
+	d := newWatchedDir(t, ns, n)
+	dir, r := d.dir, d.r
 	w := newWorkload(t, r.rec, ns, n, membersNamed("a", "b"), 2*time.Second)
 	w.start()
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -166,32 +116,12 @@ func TestFileStormKeepsFleetReconciling(t *testing.T) {
 		}
 		paths = append(paths, p)
 	}
-	unreported := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		var missing []string
-		for _, p := range paths {
-			if !slices.ContainsFunc(reported, func(e string) bool { return strings.Contains(e, p) }) {
-				missing = append(missing, filepath.Base(p))
-			}
-		}
-		return missing
-	}
+	unreported := func() []string { return d.unreported(paths, contains) }
 	test.Eventually(t, 60*time.Second, "every broken file reported by name", func() bool { return len(unreported()) == 0 })
 	w.waitRounds(t, 3)
 	w.stop()
-	observer.Stop()
-	<-collected
-
-	if names := r.srv.ClusterNames(); !slices.Equal(names, []string{"a", "b"}) {
-		t.Errorf("clusters after the storm: %v, want [a b]", names)
-	}
-	for _, m := range []string{"a", "b"} {
-		st, _ := r.srv.Status(m)
-		if st.Phase != server.PhaseReady || st.Restarts != before[m].Restarts || !st.Since.Equal(before[m].Since) {
-			t.Errorf("%s was disturbed by the storm: before %+v, after %+v", m, before[m], st)
-		}
-	}
+	_, reported := d.stop()
+	d.checkUndisturbed(t, "storm", "a", "b")
 	if len(r.srv.WatchErrors()) == 0 {
 		t.Error("the Server kept none of the watcher's errors")
 	}
