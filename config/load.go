@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"syscall"
 
 	"k8s.io/client-go/rest"
@@ -203,12 +204,29 @@ func LoadFile(path string, opts ...LoadOption) ([]*NamedConfig, error) {
 	return parseKubeconfig(path, data, o)
 }
 
-// readLimited reads a kubeconfig of at most limit bytes. It opens without
-// blocking (a FIFO swapped in after the listing opens at once) and reads
-// only regular files, and no more than the size the file reports: a
-// pseudo-file such as /proc/self/environ reports 0 bytes and yields many,
-// and is refused unread.
+// readLimited reads a kubeconfig of at most limit bytes (see readRegular).
 func readLimited(path string, limit int64) ([]byte, error) {
+	data, err := readRegular(path, limit, nil)
+	if _, unfit := errors.AsType[unfitFile](err); unfit {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidKubeconfig, err)
+	}
+	return data, err
+}
+
+// unfitFile is why readRegular refused a file it could open.
+type unfitFile string
+
+func (e unfitFile) Error() string { return string(e) }
+
+// readRegular reads a regular file of at most limit bytes. It opens without
+// blocking (a FIFO swapped in after a listing or a check opens at once),
+// reads only a regular file, and no more than the size the file reports: a
+// pseudo-file such as /proc/self/environ reports 0 bytes and yields many,
+// and is refused. With roots, the file actually opened must lie within
+// them (it may have been swapped since its path was resolved). Errors are
+// the file system's own (without the path) or an unfitFile saying what the
+// file is not; they never quote its content.
+func readRegular(path string, limit int64, roots []string) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, bareFSError(err)
@@ -219,17 +237,22 @@ func readLimited(path string, limit int64) ([]byte, error) {
 		return nil, bareFSError(err)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: not a regular file", ErrInvalidKubeconfig)
+		return nil, unfitFile("not a regular file")
 	}
 	if fi.Size() > limit {
-		return nil, fmt.Errorf("%w: larger than %d bytes", ErrInvalidKubeconfig, limit)
+		return nil, unfitFile(fmt.Sprintf("larger than %d bytes", limit))
+	}
+	if roots != nil {
+		if opened, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(f.Fd()))); err == nil && filepath.IsAbs(opened) && !within(opened, roots) {
+			return nil, unfitFile("changed while it was checked")
+		}
 	}
 	data, err := io.ReadAll(io.LimitReader(f, fi.Size()+1))
 	if err != nil {
 		return nil, bareFSError(err)
 	}
 	if int64(len(data)) > fi.Size() {
-		return nil, fmt.Errorf("%w: yields more than its size of %d bytes (a pseudo-file, or written while read)", ErrInvalidKubeconfig, fi.Size())
+		return nil, unfitFile(fmt.Sprintf("yields more than its size of %d bytes (a pseudo-file, or written while read)", fi.Size()))
 	}
 	return data, nil
 }

@@ -3,12 +3,9 @@ package config
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -97,7 +94,7 @@ func checkFileReferences(dir string, cluster *clientcmdapi.Cluster, user *client
 		}
 		data, err := readReferenced(resolved, allowed)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s %s %v", ErrInvalidKubeconfig, r.field, quoteIfOdd(p), err) //nolint:errorlint // as above
+			return nil, fmt.Errorf("%w: %s %s: %v", ErrInvalidKubeconfig, r.field, quoteIfOdd(p), err) //nolint:errorlint // as above
 		}
 		if trusted {
 			continue
@@ -169,37 +166,8 @@ func within(p string, roots []string) bool {
 	return false
 }
 
-// readReferenced opens a resolved, allowed path without blocking (a FIFO
-// opens at once with O_NONBLOCK), makes sure what was opened is a regular
-// file of bounded size that still lies inside roots (a directory on the way
-// may have been swapped since the path was resolved), and returns its
-// content. A file that yields more than the size it reports (a pseudo-file
-// of /proc) is refused. Errors never quote the content.
+// readReferenced reads a resolved, allowed path (see readRegular), whose
+// file must still lie within roots once opened.
 func readReferenced(resolved string, roots []string) ([]byte, error) {
-	f, err := os.OpenFile(resolved, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, bareFSError(err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, bareFSError(err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, errors.New("is not a regular file")
-	}
-	if fi.Size() > maxReferencedFileSize {
-		return nil, fmt.Errorf("is larger than %d bytes", maxReferencedFileSize)
-	}
-	if opened, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(f.Fd()))); err == nil && filepath.IsAbs(opened) && !within(opened, roots) {
-		return nil, errors.New("changed while it was checked")
-	}
-	data, err := io.ReadAll(io.LimitReader(f, fi.Size()+1))
-	if err != nil {
-		return nil, bareFSError(err)
-	}
-	if int64(len(data)) > fi.Size() {
-		return nil, errors.New("yields more than its size (a pseudo-file, or written while read)")
-	}
-	return data, nil
+	return readRegular(resolved, maxReferencedFileSize, roots)
 }
