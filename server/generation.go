@@ -21,47 +21,8 @@ import (
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/internal/conntrack"
 	membermgr "github.com/mccr-dev/mccr/internal/member"
-	"github.com/mccr-dev/mccr/internal/router"
 	"github.com/mccr-dev/mccr/known"
 )
-
-// env is what a generation needs from the Server, and no more: the
-// connection pool, the routing table its cluster record writes, the
-// reconciler setups (an append-only snapshot) and the options. Nothing in
-// it calls back into the Server.
-type env struct {
-	conns      *conntrack.Pool
-	routes     *router.Table
-	setups     *setupList
-	memberOpts ctrl.Options
-	opts       Options
-	log        logr.Logger
-}
-
-// setupList is the registered reconciler setups: appended to under its
-// lock, read as an immutable snapshot without one.
-type setupList struct {
-	mu  sync.Mutex
-	cur atomic.Pointer[[]func(ctrl.Manager) error]
-}
-
-func (l *setupList) add(f func(ctrl.Manager) error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var next []func(ctrl.Manager) error
-	if cur := l.cur.Load(); cur != nil {
-		next = append(next, *cur...)
-	}
-	next = append(next, f)
-	l.cur.Store(&next)
-}
-
-func (l *setupList) snapshot() []func(ctrl.Manager) error {
-	if cur := l.cur.Load(); cur != nil {
-		return *cur
-	}
-	return nil
-}
 
 // generation runs one config of a cluster from start to stop: one context,
 // and within it a loop of attempts (probe, build Manager, run setups,
@@ -74,9 +35,8 @@ type generation struct {
 	kicks chan struct{} // setups were added
 	done  chan struct{} // closed once its last Manager has stopped
 
-	ctx      context.Context
-	cancel   context.CancelFunc
-	isStopng atomic.Bool
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 func newGeneration(c *cluster, nc *config.NamedConfig) *generation {
@@ -89,12 +49,11 @@ func (g *generation) begin(parent context.Context) {
 }
 
 // stop asks the generation to stop; done closes when it has.
-func (g *generation) stop() {
-	g.isStopng.Store(true)
-	g.cancel()
-}
+func (g *generation) stop() { g.cancel() }
 
-func (g *generation) stopping() bool { return g.isStopng.Load() || g.ctx.Err() != nil }
+// stopping reports whether the generation was asked to stop, or its run
+// (the host's leadership) ended.
+func (g *generation) stopping() bool { return g.ctx.Err() != nil }
 
 func (g *generation) kick() {
 	select {
