@@ -284,7 +284,7 @@ func TestEditorFilesAreSkipped(t *testing.T) {
 // reporting a size it does not have (/proc) is refused unread.
 func TestPseudoFilesAreNotRead(t *testing.T) {
 	if _, err := os.Stat("/proc/self/environ"); err != nil {
-		t.Skip("no /proc here")
+		t.Skip("this OS has no /proc/self/environ, the pseudo-file the test links to")
 	}
 	dir := t.TempDir()
 	symlink(t, "/proc/self/environ", filepath.Join(dir, "environ"))
