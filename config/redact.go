@@ -117,8 +117,22 @@ func decodeMessage(err error, data []byte) string {
 // and entries, so only the credentials themselves are looked for.
 func withoutSecrets(err error, user *clientcmdapi.AuthInfo) string {
 	msg := err.Error()
+	if QuotesCredential(msg, user) {
+		return withheld
+	}
+	return Redact(msg)
+}
+
+// QuotesCredential reports whether msg contains one of user's credentials:
+// its token, password, client key or certificate data, an auth-provider
+// setting or an exec plugin's environment value (those shorter than four
+// characters are not looked for). Messages about a kubeconfig that name
+// its files and entries are fine to print; such a message is not, even
+// after Redact, since a credential need not have a shape Redact knows.
+// A nil user quotes nothing.
+func QuotesCredential(msg string, user *clientcmdapi.AuthInfo) bool {
 	if user == nil {
-		return Redact(msg)
+		return false
 	}
 	secrets := []string{user.Token, user.Password, string(user.ClientKeyData), string(user.ClientCertificateData)}
 	if user.AuthProvider != nil {
@@ -133,8 +147,8 @@ func withoutSecrets(err error, user *clientcmdapi.AuthInfo) string {
 	}
 	for _, s := range secrets {
 		if len(s) >= 4 && strings.Contains(msg, s) {
-			return withheld
+			return true
 		}
 	}
-	return Redact(msg)
+	return false
 }

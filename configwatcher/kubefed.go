@@ -1,37 +1,18 @@
 package configwatcher
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"sync"
-	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubefedv1beta1 "github.com/mccr-dev/mccr/apis/kubefed/v1beta1"
-	"github.com/mccr-dev/mccr/internal/syncinformer"
 )
 
 const (
-	// kubeFedRetryFirst and kubeFedRetryLimit bound the backoff between attempts
-	// to start watching KubeFedClusters (while the CRD is missing, say).
-	kubeFedRetryFirst = time.Second
-	kubeFedRetryLimit = 30 * time.Second
-
-	// kubeFedHostErrorInterval is how often the same error from the host
-	// cluster (a watch that keeps failing) is reported again while it lasts.
-	kubeFedHostErrorInterval = time.Minute
-
 	// Keys read from a KubeFedCluster's Secret.
 	kubeFedTokenKey = "token"
 	kubeFedCAKey    = "ca.crt"
@@ -112,29 +93,8 @@ var (
 // The identity the watcher runs as needs list and watch on
 // kubefedclusters.core.kubefed.io and on secrets, in the namespace only.
 type KubeFedWatcher struct {
-	opts  KubeFedOptions
-	log   logr.Logger
-	host  string
-	pub   *publisher
-	cache cache.Cache
-	http  *http.Client
-
-	ctx      context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	stopOnce sync.Once
-
-	// changed is poked (never blocking) by the informers' handlers.
-	changed chan struct{}
-
-	// settled is closed once the informers have synced or the watcher
-	// stops; see syncinformer.Wrap.
-	settled     chan struct{}
-	markSettled func()
-
-	// hostErrs maps a host error message to when it was last reported.
-	hostErrsMu sync.Mutex
-	hostErrs   map[string]time.Time
+	hostCache
+	opts KubeFedOptions
 
 	// problems belongs to the run goroutine.
 	problems map[string]*kubeFedProblem
@@ -147,175 +107,27 @@ var _ ConfigWatcher = (*KubeFedWatcher)(nil)
 // the watcher publishes the clusters it finds as Added, then every change.
 // Call Stop to end it.
 func NewKubeFedWatcher(hostCfg *rest.Config, opts ...KubeFedOption) (*KubeFedWatcher, error) {
-	if hostCfg == nil {
-		return nil, errors.New("configwatcher: NewKubeFedWatcher: host config is nil")
-	}
 	o, err := newKubeFedOptions(opts)
 	if err != nil {
 		return nil, err
 	}
-
-	scheme := runtime.NewScheme()
-	if err := corev1.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("configwatcher: KubeFed scheme: %w", err)
+	w := &KubeFedWatcher{opts: o, problems: map[string]*kubeFedProblem{}}
+	if err := w.init(hostCfg, hostCacheSpec{
+		what:       "KubeFed",
+		log:        o.Logger.WithValues("namespace", o.Namespace),
+		schemes:    []func(*runtime.Scheme) error{corev1.AddToScheme, kubefedv1beta1.AddToScheme},
+		namespaces: map[string]cache.Config{o.Namespace: {}},
+		transform:  kubeFedTransform,
+		watched:    []hostWatched{{"KubeFedClusters", &kubefedv1beta1.KubeFedCluster{}}, {"Secrets", &corev1.Secret{}}},
+		noMatch:    ErrKubeFedNotInstalled,
+		describe: func(kind string, err error) error {
+			return fmt.Errorf("configwatcher: KubeFed host %s: watching %s in namespace %s: %w", w.host, kind, o.Namespace, err)
+		},
+		watching: "watching KubeFedClusters",
+		sync:     w.sync,
+	}); err != nil {
+		return nil, err
 	}
-	if err := kubefedv1beta1.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("configwatcher: KubeFed scheme: %w", err)
-	}
-	hostCfg = rest.CopyConfig(hostCfg)
-	hc, err := rest.HTTPClientFor(hostCfg)
-	if err != nil {
-		return nil, fmt.Errorf("configwatcher: KubeFed host %s: %w", hostCfg.Host, err)
-	}
-
-	w := &KubeFedWatcher{
-		opts:     o,
-		log:      o.Logger.WithValues("namespace", o.Namespace),
-		host:     hostCfg.Host,
-		http:     hc,
-		changed:  make(chan struct{}, 1),
-		settled:  make(chan struct{}),
-		hostErrs: map[string]time.Time{},
-		problems: map[string]*kubeFedProblem{},
-	}
-	w.pub = newPublisher(w.log)
-	w.markSettled = sync.OnceFunc(func() { close(w.settled) })
-	// The cache makes no request before it is started, so a host that is
-	// down or lacks the CRD is found out (and reported) by run.
-	w.cache, err = cache.New(hostCfg, cache.Options{
-		HTTPClient:               hc,
-		Scheme:                   scheme,
-		DefaultNamespaces:        map[string]cache.Config{o.Namespace: {}},
-		DefaultTransform:         kubeFedTransform,
-		DefaultWatchErrorHandler: w.watchError,
-		// No ByObject: it makes cache.New ask the host whether each type
-		// is namespaced, and New must not wait for the host.
-		// Restricted to a namespace, the cache starts a goroutine per
-		// informer and per handler registration that waits for its sync
-		// checker; an informer stopped before its first list (the host
-		// is unreachable, or forbids the list, when the watcher stops)
-		// never syncs, and those goroutines would outlive the watcher.
-		// The checkers complete once run has seen the cache sync, or the
-		// watcher stops.
-		NewInformer: syncinformer.Wrap(w.settled, nil, nil),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("configwatcher: KubeFed host %s: %w", hostCfg.Host, err)
-	}
-
-	w.ctx, w.cancel = context.WithCancel(context.Background())
-	w.wg.Go(func() {
-		if err := w.cache.Start(w.ctx); err != nil {
-			w.pub.report(fmt.Errorf("configwatcher: KubeFed host %s: cache: %w", w.host, err))
-		}
-	})
-	w.wg.Go(w.run)
+	w.start()
 	return w, nil
-}
-
-// Events delivers cluster changes. Read it: events are never dropped, so an
-// unread Events channel stalls the watcher once its buffer is full. It is
-// closed after Stop.
-func (w *KubeFedWatcher) Events() <-chan Event { return w.pub.events }
-
-// Errors delivers problems with the KubeFedClusters, their Secrets and the
-// host, each naming what it is about. Reading it is optional: the latest
-// errors are buffered and older ones dropped. It is closed after Stop.
-func (w *KubeFedWatcher) Errors() <-chan error { return w.pub.errors }
-
-// Stop ends the watcher: it stops the cache and its watches, waits for the
-// watcher's goroutines, and closes both channels. Calling it again (or
-// concurrently) returns once that is done. It is prompt, except that a
-// discovery request already on its way to a host that does not answer is
-// waited for, up to client-go's dial and TLS handshake timeouts.
-func (w *KubeFedWatcher) Stop() {
-	w.stopOnce.Do(func() {
-		w.cancel()
-		w.markSettled()
-		w.wg.Wait()
-		utilnet.CloseIdleConnectionsFor(w.http.Transport)
-		w.pub.close()
-	})
-}
-
-func (w *KubeFedWatcher) poke() {
-	select {
-	case w.changed <- struct{}{}:
-	default:
-	}
-}
-
-func (w *KubeFedWatcher) run() {
-	if !w.startWatching() {
-		return
-	}
-	if !w.cache.WaitForCacheSync(w.ctx) {
-		return
-	}
-	w.markSettled()
-	w.log.V(1).Info("watching KubeFedClusters")
-	// Since Go 1.23 a stopped or reset timer delivers no stale tick, so the
-	// timer needs no draining.
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-	for {
-		next, ok := w.sync()
-		if !ok {
-			return
-		}
-		var wake <-chan time.Time
-		if !next.IsZero() {
-			timer.Reset(time.Until(next))
-			wake = timer.C
-		}
-		select {
-		case <-w.ctx.Done():
-			return
-		case <-w.changed:
-		case <-wake:
-		}
-		timer.Stop()
-	}
-}
-
-// startWatching sets up the informers for KubeFedClusters and Secrets,
-// retrying with a backoff while that fails (typically: the CRD is not
-// installed). It returns false when the watcher is stopped meanwhile.
-func (w *KubeFedWatcher) startWatching() bool {
-	type watched struct {
-		kind string
-		obj  client.Object
-	}
-	objs := []watched{{"KubeFedClusters", &kubefedv1beta1.KubeFedCluster{}}, {"Secrets", &corev1.Secret{}}}
-	handler := toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { w.poke() },
-		UpdateFunc: func(any, any) { w.poke() },
-		DeleteFunc: func(any) { w.poke() },
-	}
-	delay := kubeFedRetryFirst
-	for len(objs) > 0 {
-		inf, err := w.cache.GetInformer(w.ctx, objs[0].obj, cache.BlockUntilSynced(false))
-		if err == nil {
-			_, err = inf.AddEventHandler(handler)
-		}
-		if err == nil {
-			objs = objs[1:]
-			continue
-		}
-		if w.ctx.Err() != nil {
-			return false
-		}
-		if meta.IsNoMatchError(err) {
-			err = fmt.Errorf("%w (%w)", ErrKubeFedNotInstalled, err)
-		}
-		w.pub.report(fmt.Errorf("configwatcher: KubeFed host %s: watching %s in namespace %s: %w; retrying in %s", w.host, objs[0].kind, w.opts.Namespace, err, delay))
-		select {
-		case <-w.ctx.Done():
-			return false
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, kubeFedRetryLimit)
-	}
-	return true
 }

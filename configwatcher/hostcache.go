@@ -1,0 +1,307 @@
+package configwatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/mccr-dev/mccr/internal/syncinformer"
+)
+
+const (
+	// hostRetryFirst and hostRetryLimit bound the backoff between attempts
+	// to start watching a kind on the host (while its CRD is missing, say).
+	hostRetryFirst = time.Second
+	hostRetryLimit = 30 * time.Second
+
+	// hostErrorInterval is how often the same error from the host cluster
+	// (a watch that keeps failing) is reported again while it lasts.
+	hostErrorInterval = time.Minute
+)
+
+// hostWatched is a kind of object a hostCache watches.
+type hostWatched struct {
+	kind string // for messages: "Secrets"
+	obj  client.Object
+}
+
+// hostCacheSpec is what a watcher tells hostCache.init: what to watch and
+// how, and what to do on each change.
+type hostCacheSpec struct {
+	// what names the watcher in messages ("configwatcher: <what> host …")
+	// and its constructor (New<what>Watcher).
+	what string
+	// quoteHost, if set, turns the host's address into what messages
+	// quote (by default, the address as it is).
+	quoteHost func(string) string
+	log       logr.Logger
+	// schemes register the watched types.
+	schemes []func(*runtime.Scheme) error
+	// namespaces restricts the cache (nil: all namespaces); selector, if
+	// set, restricts it to the objects it matches.
+	namespaces map[string]cache.Config
+	selector   labels.Selector
+	transform  toolscache.TransformFunc
+	watched    []hostWatched
+	// noMatch, if set, is wrapped around a failure to watch a kind the
+	// host does not serve.
+	noMatch error
+	// describe words a failure to watch kind (a type description, in the
+	// cache's own failures) as reported.
+	describe func(kind string, err error) error
+	// watching is logged once the cache has synced.
+	watching string
+	// sync works out and publishes the fleet from the cache. It returns
+	// when it wants to be called again without a change (zero: only on a
+	// change), and false once the watcher is stopped.
+	sync func() (next time.Time, ok bool)
+}
+
+// hostCache is the bookkeeping both watchers of a host cluster share: a
+// controller-runtime cache of the watched objects and its lifecycle, the
+// publisher, the signal that something changed, the run loop calling the
+// watcher's sync, and the reporting of the host's failures.
+type hostCache struct {
+	spec  hostCacheSpec
+	log   logr.Logger
+	host  string
+	pub   *publisher
+	cache cache.Cache
+	http  *http.Client
+
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	stopOnce sync.Once
+
+	// changed is poked (never blocking) by the informers' handlers.
+	changed chan struct{}
+
+	// settled is closed once the informers have synced or the watcher
+	// stops; see syncinformer.Wrap.
+	settled     chan struct{}
+	markSettled func()
+
+	hostErrs hostErrorFilter
+}
+
+// init builds the cache without starting it; start does. h is the
+// zero value, in its place in the watcher.
+func (h *hostCache) init(hostCfg *rest.Config, spec hostCacheSpec) error {
+	if hostCfg == nil {
+		return fmt.Errorf("configwatcher: New%sWatcher: host config is nil", spec.what)
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range spec.schemes {
+		if err := add(scheme); err != nil {
+			return fmt.Errorf("configwatcher: %s scheme: %w", spec.what, err)
+		}
+	}
+	h.host = hostCfg.Host
+	if spec.quoteHost != nil {
+		h.host = spec.quoteHost(h.host)
+	}
+	hostCfg = rest.CopyConfig(hostCfg)
+	hc, err := rest.HTTPClientFor(hostCfg)
+	if err != nil {
+		return fmt.Errorf("configwatcher: %s host %s: %w", spec.what, h.host, err)
+	}
+	h.spec, h.log, h.http = spec, spec.log, hc
+	h.changed = make(chan struct{}, 1)
+	h.settled = make(chan struct{})
+	h.hostErrs.seen = map[string]time.Time{}
+	h.pub = newPublisher(h.log)
+	h.markSettled = sync.OnceFunc(func() { close(h.settled) })
+	// The cache makes no request before it is started, so a host that is
+	// down or lacks a CRD is found out (and reported) by run.
+	h.cache, err = cache.New(hostCfg, cache.Options{
+		HTTPClient:               hc,
+		Scheme:                   scheme,
+		DefaultNamespaces:        spec.namespaces,
+		DefaultLabelSelector:     spec.selector,
+		DefaultTransform:         spec.transform,
+		DefaultWatchErrorHandler: h.watchError,
+		// No ByObject: it makes cache.New ask the host whether each type
+		// is namespaced, and New must not wait for the host.
+		// Restricted to a namespace, the cache starts a goroutine per
+		// informer and per handler registration that waits for its sync
+		// checker; an informer stopped before its first list (the host
+		// is unreachable, or forbids the list, when the watcher stops)
+		// never syncs, and those goroutines would outlive the watcher.
+		// The checkers complete once run has seen the cache sync, or the
+		// watcher stops.
+		NewInformer: syncinformer.Wrap(h.settled, nil, nil),
+	})
+	if err != nil {
+		return fmt.Errorf("configwatcher: %s host %s: %w", spec.what, h.host, err)
+	}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	return nil
+}
+
+// start starts the cache and the run loop.
+func (h *hostCache) start() {
+	h.wg.Go(func() {
+		if err := h.cache.Start(h.ctx); err != nil {
+			h.pub.report(fmt.Errorf("configwatcher: %s host %s: cache: %w", h.spec.what, h.host, err))
+		}
+	})
+	h.wg.Go(h.run)
+}
+
+// Events delivers cluster changes. Read it: events are never dropped, so an
+// unread Events channel stalls the watcher once its buffer is full. It is
+// closed after Stop.
+func (h *hostCache) Events() <-chan Event { return h.pub.events }
+
+// Errors delivers problems with the watched objects and the host, each
+// naming what it is about. Reading it is optional: the latest errors are
+// buffered and older ones dropped. It is closed after Stop.
+func (h *hostCache) Errors() <-chan error { return h.pub.errors }
+
+// Stop ends the watcher: it stops the cache and its watches, waits for the
+// watcher's goroutines, and closes both channels. Calling it again (or
+// concurrently) returns once that is done. It is prompt, except that a
+// discovery request already on its way to a host that does not answer is
+// waited for, up to client-go's dial and TLS handshake timeouts.
+func (h *hostCache) Stop() {
+	h.stopOnce.Do(func() {
+		h.cancel()
+		h.markSettled()
+		h.wg.Wait()
+		utilnet.CloseIdleConnectionsFor(h.http.Transport)
+		h.pub.close()
+	})
+}
+
+func (h *hostCache) poke() {
+	select {
+	case h.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (h *hostCache) run() {
+	if !h.startWatching() {
+		return
+	}
+	if !h.cache.WaitForCacheSync(h.ctx) {
+		return
+	}
+	h.markSettled()
+	h.log.V(1).Info(h.spec.watching)
+	// Since Go 1.23 a stopped or reset timer delivers no stale tick, so the
+	// timer needs no draining.
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		next, ok := h.spec.sync()
+		if !ok {
+			return
+		}
+		var wake <-chan time.Time
+		if !next.IsZero() {
+			timer.Reset(time.Until(next))
+			wake = timer.C
+		}
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-h.changed:
+		case <-wake:
+		}
+		timer.Stop()
+	}
+}
+
+// startWatching sets up the informers of the watched kinds, retrying with
+// a backoff while that fails (typically: a CRD is not installed). It
+// returns false when the watcher is stopped meanwhile.
+func (h *hostCache) startWatching() bool {
+	objs := h.spec.watched
+	handler := toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { h.poke() },
+		UpdateFunc: func(any, any) { h.poke() },
+		DeleteFunc: func(any) { h.poke() },
+	}
+	delay := hostRetryFirst
+	for len(objs) > 0 {
+		inf, err := h.cache.GetInformer(h.ctx, objs[0].obj, cache.BlockUntilSynced(false))
+		if err == nil {
+			_, err = inf.AddEventHandler(handler)
+		}
+		if err == nil {
+			objs = objs[1:]
+			continue
+		}
+		if h.ctx.Err() != nil {
+			return false
+		}
+		if h.spec.noMatch != nil && meta.IsNoMatchError(err) {
+			err = fmt.Errorf("%w (%w)", h.spec.noMatch, err)
+		}
+		h.pub.report(fmt.Errorf("%w; retrying in %s", h.spec.describe(objs[0].kind, err), delay))
+		select {
+		case <-h.ctx.Done():
+			return false
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, hostRetryLimit)
+	}
+	return true
+}
+
+// watchError receives the failures of the cache's list and watch calls.
+// Those that are part of normal operation are ignored; the others are
+// reported, the same message at most once per hostErrorInterval, since
+// the cache retries on its own.
+func (h *hostCache) watchError(ctx context.Context, r *toolscache.Reflector, err error) {
+	switch {
+	case ctx.Err() != nil, h.ctx.Err() != nil,
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, context.Canceled),
+		apierrors.IsResourceExpired(err), apierrors.IsGone(err):
+		return
+	}
+	err = h.spec.describe(r.TypeDescription(), err)
+	if h.hostErrs.fresh(err.Error(), time.Now()) {
+		h.pub.report(err)
+	}
+}
+
+// hostErrorFilter lets the same message through at most once per
+// hostErrorInterval.
+type hostErrorFilter struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+func (f *hostErrorFilter) fresh(msg string, now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for m, at := range f.seen {
+		if now.Sub(at) >= hostErrorInterval {
+			delete(f.seen, m) // also keeps the map small
+		}
+	}
+	if _, ok := f.seen[msg]; ok {
+		return false
+	}
+	f.seen[msg] = now
+	return true
+}
