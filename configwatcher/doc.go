@@ -2,12 +2,17 @@
 // and go.
 //
 // A ConfigWatcher turns some source of cluster configs into Added, Updated and
-// Deleted events. Two come with mccr:
+// Deleted events. These come with mccr:
 //
 //   - FileWatcher watches a kubeconfig file or a directory of them (a mounted
 //     Secret or ConfigMap, say) and emits one event per context that changed.
 //   - KubeFedWatcher watches KubeFedCluster objects and the Secrets they
 //     reference on a host cluster.
+//   - SecretWatcher watches cluster Secrets on a host cluster, in the
+//     format of multicluster-runtime's kubeconfig provider or, with
+//     ArgoCDFormat, of Argo CD, so that a fleet registered for either works
+//     as it is. A Secret's credentials must be inline (no file paths), and
+//     those that run programs need AllowAuthPlugins.
 //
 // The files of a watched directory are untrusted input: whoever can write
 // the directory must not be able to make the controller read files outside

@@ -1,0 +1,296 @@
+package configwatcher
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/mccr-dev/mccr/config"
+)
+
+var (
+	// ErrSecretInvalid means a selected Secret cannot be turned into a
+	// cluster config: a data key is missing or empty, its kubeconfig or
+	// JSON does not parse, its server is no URL, its certificates do not
+	// load. Kubeconfig problems also wrap config.ErrInvalidKubeconfig (or
+	// config.ErrNoContexts); refused credentials wrap
+	// config.ErrAuthPluginRefused or config.ErrFileReferenceRefused instead.
+	ErrSecretInvalid = errors.New("cluster Secret is invalid")
+
+	// ErrSecretDuplicateCluster means two Secrets claim the same cluster
+	// name. The cluster stays with the Secret that already serves it, or
+	// else with the one whose namespace/name sorts first.
+	ErrSecretDuplicateCluster = errors.New("cluster name claimed by more than one Secret")
+)
+
+// SecretWatcher is a ConfigWatcher over clusters described by Secrets on a
+// host cluster, in one of two formats used by other multi-cluster tools, so
+// that a fleet registered for them works with mccr as it is:
+//
+//   - multicluster-runtime (the default): Secrets labelled
+//     sigs.k8s.io/multicluster-runtime-kubeconfig=true holding a kubeconfig
+//     under "kubeconfig". The cluster is named after the Secret, and reached
+//     through the kubeconfig's current context (or its only context).
+//   - Argo CD (ArgoCDFormat): Secrets labelled
+//     argocd.argoproj.io/secret-type=cluster holding "name", "server" and
+//     "config", a JSON object with bearerToken, username and password,
+//     tlsClientConfig (caData, certData, keyData, insecure, serverName) and
+//     proxyUrl. The cluster is named by "name". execProviderConfig becomes
+//     an exec plugin, and awsAuthConfig an exec plugin running
+//     `aws eks get-token` (the AWS CLI, which Argo CD wraps), both only
+//     with AllowAuthPlugins.
+//
+// The namespace, label and key are options. A config's Source.Object is
+// "Secret <namespace>/<name>".
+//
+// It reads the Secrets through a controller-runtime cache restricted to the
+// namespace and to the label (no polling; WatchAllNamespaces widens it),
+// and on every change works out the whole fleet again and publishes only
+// the difference: a rotated token or a new endpoint is one Updated event,
+// a change that does not alter the config (an annotation, say) is none.
+// Removing the Secret, or its label, is what removes a cluster.
+//
+// A Secret is untrusted input: whoever can write one chooses the server the
+// controller talks to and the credentials it sends. So its credentials must
+// be inline: a kubeconfig naming a token, certificate or key file is
+// refused (config.ErrFileReferenceRefused) — a Secret has no directory,
+// and such a path would send a local file of the controller to that server.
+// Credentials that run programs are refused too (config.ErrAuthPluginRefused)
+// unless AllowAuthPlugins is given.
+//
+// Problems — a missing key, a malformed kubeconfig or JSON, two Secrets
+// claiming one cluster name — are reported on Errors naming the Secret (and
+// the other Secret for a duplicate) as namespace/name, once per problem
+// until it changes or goes away. They never quote the Secret's content. A
+// cluster already published keeps its last good config while its Secret is
+// broken: a Secret rewritten by mistake must not stop the controllers of a
+// whole cluster. The other clusters are not affected.
+//
+// The identity the watcher runs as needs list and watch on secrets in the
+// namespace (cluster-wide with WatchAllNamespaces).
+type SecretWatcher struct {
+	// The cache holds only the selected Secrets, trimmed to the keys read.
+	hostCache
+	opts SecretOptions
+
+	// The fields below belong to the run goroutine.
+
+	// owners maps a published cluster name to the Secret serving it, and
+	// claims a Secret to the cluster name it last claimed, so that a
+	// Secret whose name key breaks still keeps its cluster.
+	owners map[string]string
+	claims map[string]string
+	// reported maps what a problem is about to the message last reported.
+	reported map[string]string
+}
+
+var _ ConfigWatcher = (*SecretWatcher)(nil)
+
+// NewSecretWatcher watches the cluster Secrets that opts select (see
+// SecretOptions for the defaults) on the host cluster that hostCfg reaches.
+// Like NewKubeFedWatcher, it returns at once without waiting for the host;
+// the watcher publishes the clusters it finds as Added, then every change.
+// Call Stop to end it.
+func NewSecretWatcher(hostCfg *rest.Config, opts ...SecretOption) (*SecretWatcher, error) {
+	o, err := newSecretOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	selector, err := labels.ValidatedSelectorFromSet(labels.Set{o.Label: o.LabelValue})
+	if err != nil {
+		return nil, fmt.Errorf("configwatcher: NewSecretWatcher: label %s=%s: %w", o.Label, o.LabelValue, err)
+	}
+
+	log := o.Logger.WithValues("format", o.Format.String())
+	var namespaces map[string]cache.Config
+	if o.AllNamespaces {
+		log = log.WithValues("namespace", "*")
+	} else {
+		log = log.WithValues("namespace", o.Namespace)
+		namespaces = map[string]cache.Config{o.Namespace: {}}
+	}
+	w := &SecretWatcher{
+		opts:     o,
+		owners:   map[string]string{},
+		claims:   map[string]string{},
+		reported: map[string]string{},
+	}
+	if err := w.init(hostCfg, hostCacheSpec{
+		what:       "Secret",
+		quoteHost:  config.RedactURL,
+		log:        log,
+		schemes:    []func(*runtime.Scheme) error{corev1.AddToScheme},
+		namespaces: namespaces,
+		selector:   selector,
+		transform:  w.transform,
+		watched:    []hostWatched{{"Secrets", &corev1.Secret{}}},
+		describe: func(kind string, err error) error {
+			return fmt.Errorf("configwatcher: Secret host %s: watching %s: %w", w.host, kind, config.RedactError(err))
+		},
+		watching: "watching cluster Secrets",
+		sync: func() (time.Time, bool) {
+			return time.Time{}, w.sync()
+		},
+	}); err != nil {
+		return nil, err
+	}
+	w.start()
+	return w, nil
+}
+
+// secretClaim is what one Secret says about its cluster.
+type secretClaim struct {
+	ref  string // namespace/name
+	name string // the cluster name, "" when not even that is known
+	cfg  *config.NamedConfig
+	err  error
+}
+
+// sync works out the fleet from the cache and publishes it. It returns
+// false once the watcher is stopped.
+func (w *SecretWatcher) sync() bool {
+	var list corev1.SecretList
+	var opts []client.ListOption
+	if !w.opts.AllNamespaces {
+		opts = append(opts, client.InNamespace(w.opts.Namespace))
+	}
+	if err := w.cache.List(w.ctx, &list, opts...); err != nil {
+		if w.ctx.Err() != nil {
+			return false
+		}
+		w.pub.report(fmt.Errorf("configwatcher: Secret host %s: listing Secrets: %w", w.host, err))
+		return true
+	}
+
+	byName := map[string][]*secretClaim{}
+	problems := map[string]error{}
+	claims := map[string]string{}
+	for i := range list.Items {
+		s := &list.Items[i]
+		c := w.claim(s)
+		if c.name == "" {
+			c.name = w.claims[c.ref] // a broken name key keeps the cluster it named
+		}
+		if c.err != nil {
+			problems[c.ref] = c.err
+		}
+		if c.name == "" {
+			continue
+		}
+		claims[c.ref] = c.name
+		byName[c.name] = append(byName[c.name], c)
+	}
+
+	desired := make(map[string]*config.NamedConfig, len(byName))
+	owners := make(map[string]string, len(byName))
+	for name, cs := range byName {
+		slices.SortFunc(cs, func(a, b *secretClaim) int { return strings.Compare(a.ref, b.ref) })
+		// The Secret serving the cluster keeps it; otherwise a usable
+		// claim wins over a broken one, then namespace/name order decides.
+		owner := cs[0]
+		if i := slices.IndexFunc(cs, func(c *secretClaim) bool { return c.ref == w.owners[name] }); i >= 0 {
+			owner = cs[i]
+		} else if i := slices.IndexFunc(cs, func(c *secretClaim) bool { return c.cfg != nil }); i >= 0 {
+			owner = cs[i]
+		}
+		for _, c := range cs {
+			if c != owner {
+				problems[c.ref] = fmt.Errorf("configwatcher: Secret %s: cluster %q: %w (Secret %s keeps it)", c.ref, name, ErrSecretDuplicateCluster, owner.ref)
+			}
+		}
+		switch last, ok := w.pub.published(name); {
+		case owner.cfg != nil:
+			desired[name] = owner.cfg
+		case ok && w.owners[name] == owner.ref:
+			desired[name] = last
+			problems[owner.ref] = fmt.Errorf("%w; keeping its last good config", owner.err)
+			w.log.V(1).Info("keeping the last good config", "cluster", name, "secret", owner.ref)
+		default:
+			continue
+		}
+		owners[name] = owner.ref
+	}
+	if !w.pub.apply(desired, w.ctx.Done()) {
+		return false
+	}
+	w.owners, w.claims = owners, claims
+	w.reportProblems(problems)
+	return true
+}
+
+// reportProblems reports each problem once, again only when its message
+// changes, and forgets those that are gone so that they are reported
+// again if they come back.
+func (w *SecretWatcher) reportProblems(now map[string]error) {
+	for ref := range w.reported {
+		if now[ref] == nil {
+			delete(w.reported, ref)
+		}
+	}
+	refs := make([]string, 0, len(now))
+	for ref := range now {
+		refs = append(refs, ref)
+	}
+	slices.Sort(refs)
+	for _, ref := range refs {
+		err := config.RedactError(now[ref])
+		if w.reported[ref] == err.Error() {
+			continue
+		}
+		w.reported[ref] = err.Error()
+		w.pub.report(err)
+	}
+}
+
+// claim reads one Secret in the watcher's format.
+func (w *SecretWatcher) claim(s *corev1.Secret) *secretClaim {
+	ref := s.Namespace + "/" + s.Name
+	c := &secretClaim{ref: ref}
+	var cfg *rest.Config
+	var err error
+	if w.opts.Format == ArgoCDSecretFormat {
+		c.name, cfg, err = argoCDConfig(s.Data, w.opts.AllowAuthPlugins)
+	} else {
+		c.name = s.Name
+		cfg, err = secretKubeconfig(s.Data, w.opts.Key, w.opts.AllowAuthPlugins)
+	}
+	if err != nil {
+		c.err = fmt.Errorf("configwatcher: Secret %s: %w", ref, err)
+		return c
+	}
+	c.cfg = &config.NamedConfig{Name: c.name, Config: cfg, Source: config.Source{Object: "Secret " + ref}}
+	return c
+}
+
+// transform trims Secrets before they enter the cache: managed fields go,
+// and only the keys the format reads are kept, so that whatever else the
+// Secrets hold is not kept in memory.
+func (w *SecretWatcher) transform(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	if s, ok := obj.(*corev1.Secret); ok {
+		keep := []string{w.opts.Key}
+		if w.opts.Format == ArgoCDSecretFormat {
+			keep = []string{argoCDNameKey, argoCDServerKey, argoCDConfigKey}
+		}
+		for k := range s.Data {
+			if !slices.Contains(keep, k) {
+				delete(s.Data, k)
+			}
+		}
+		s.StringData = nil
+		s.Annotations = nil
+	}
+	return obj, nil
+}

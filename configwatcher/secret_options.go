@@ -1,0 +1,210 @@
+package configwatcher
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/go-logr/logr"
+
+	"github.com/mccr-dev/mccr/config"
+)
+
+// SecretFormat says how a SecretWatcher reads a cluster out of a Secret.
+type SecretFormat int
+
+const (
+	// MulticlusterRuntimeFormat is the format of multicluster-runtime's
+	// kubeconfig provider: a whole kubeconfig under one data key
+	// (SecretOptions.Key), its current context used, the cluster named
+	// after the Secret.
+	MulticlusterRuntimeFormat SecretFormat = iota
+	// ArgoCDSecretFormat is Argo CD's declarative cluster Secret: data keys
+	// "name", "server" and "config" (JSON), the cluster named by "name".
+	ArgoCDSecretFormat
+)
+
+func (f SecretFormat) String() string {
+	switch f {
+	case MulticlusterRuntimeFormat:
+		return "multicluster-runtime"
+	case ArgoCDSecretFormat:
+		return "Argo CD"
+	}
+	return fmt.Sprintf("SecretFormat(%d)", int(f))
+}
+
+// DefaultSecretNamespace is where a SecretWatcher looks for
+// multicluster-runtime kubeconfig Secrets unless told otherwise. Its
+// provider has no namespace of its own: its example and its
+// create-kubeconfig-secret.sh script write to "default", so that is where
+// Secrets made by that tooling are found.
+const DefaultSecretNamespace = "default"
+
+// DefaultSecretLabel is the label key that selects multicluster-runtime's
+// kubeconfig Secrets, with the value DefaultSecretLabelValue.
+const DefaultSecretLabel = "sigs.k8s.io/multicluster-runtime-kubeconfig" //nolint:gosec // a label key, not a credential
+
+// DefaultSecretLabelValue is the value of DefaultSecretLabel on
+// multicluster-runtime's kubeconfig Secrets.
+const DefaultSecretLabelValue = "true"
+
+// DefaultSecretKey is the data key that holds the kubeconfig in
+// multicluster-runtime's format.
+const DefaultSecretKey = "kubeconfig"
+
+// DefaultArgoCDNamespace is where Argo CD is installed, and keeps its
+// cluster Secrets, unless installed elsewhere.
+const DefaultArgoCDNamespace = "argocd"
+
+// ArgoCDSecretLabel is the label key that selects Argo CD's cluster
+// Secrets, with the value ArgoCDSecretLabelValue (its repository Secrets
+// carry the same key with another value).
+const ArgoCDSecretLabel = "argocd.argoproj.io/secret-type" //nolint:gosec // a label key, not a credential
+
+// ArgoCDSecretLabelValue is the value of ArgoCDSecretLabel on Argo CD's
+// cluster Secrets.
+const ArgoCDSecretLabelValue = "cluster"
+
+// SecretOptions configures a SecretWatcher. The zero value is usable;
+// NewSecretWatcher applies the defaults, which depend on Format.
+type SecretOptions struct {
+	// Format is how Secrets are read. Defaults to MulticlusterRuntimeFormat.
+	Format SecretFormat
+
+	// Namespace holds the Secrets; only it is watched. Defaults to
+	// DefaultSecretNamespace, or DefaultArgoCDNamespace in the Argo CD
+	// format. Ignored with AllNamespaces.
+	Namespace string
+
+	// AllNamespaces watches Secrets in every namespace. Off by default: the
+	// watcher's identity then needs list and watch on Secrets cluster-wide,
+	// and every namespace's writers can add clusters to the fleet. Cluster
+	// names must still be unique across namespaces.
+	AllNamespaces bool
+
+	// Label and LabelValue select the Secrets (label Label equal to
+	// LabelValue). Default to DefaultSecretLabel=DefaultSecretLabelValue,
+	// or ArgoCDSecretLabel=ArgoCDSecretLabelValue in the Argo CD format.
+	Label, LabelValue string
+
+	// Key is the data key holding the kubeconfig in the multicluster-runtime
+	// format. Defaults to DefaultSecretKey.
+	Key string
+
+	// AllowAuthPlugins accepts clusters whose credentials run a program:
+	// kubeconfig users with exec or auth-provider entries, Argo CD's
+	// execProviderConfig and awsAuthConfig. Off by default: whoever can
+	// write a Secret in the namespace could otherwise run programs in the
+	// controller's process.
+	AllowAuthPlugins bool
+
+	// Logger receives the watcher's errors and, at V(1), every event.
+	// Defaults to a logger that discards. Set it with WithLogger.
+	Logger logr.Logger
+}
+
+// SecretOption sets SecretOptions fields. Besides the options below,
+// NewSecretWatcher takes WithLogger and AllowAuthPlugins, the options the
+// FileWatcher takes.
+type SecretOption interface {
+	applyToSecret(*SecretOptions) error
+}
+
+type secretOptionFunc func(*SecretOptions)
+
+func (f secretOptionFunc) applyToSecret(o *SecretOptions) error {
+	f(o)
+	return nil
+}
+
+// errSecretFileOption is why a FileWatcher option that does not fit is
+// refused rather than silently ignored.
+var errSecretFileOption = errors.New("configwatcher: NewSecretWatcher: only the FileWatcher options WithLogger, AllowAuthPlugins and WithLoadOptions(config.AllowAuthPlugins()) apply; a Secret has no directory for file references")
+
+// applyToSecret lets the options shared by the watchers of this package
+// (WithLogger, AllowAuthPlugins) configure a SecretWatcher too.
+func (f FileOption) applyToSecret(o *SecretOptions) error {
+	fo := FileOptions{Logger: o.Logger}
+	f(&fo)
+	o.Logger = fo.Logger
+	lo := config.LoadOptions{AllowAuthPlugins: fo.AllowAuthPlugins}
+	for _, opt := range fo.LoadOptions {
+		if opt != nil {
+			opt(&lo)
+		}
+	}
+	if lo.AnyFileReferences || len(lo.FileReferenceRoots) > 0 || fo.Debounce != 0 {
+		return errSecretFileOption
+	}
+	o.AllowAuthPlugins = o.AllowAuthPlugins || lo.AllowAuthPlugins
+	return nil
+}
+
+// ArgoCDFormat reads Argo CD's cluster Secrets instead of
+// multicluster-runtime's kubeconfig Secrets (see SecretWatcher).
+func ArgoCDFormat() SecretOption {
+	return secretOptionFunc(func(o *SecretOptions) { o.Format = ArgoCDSecretFormat })
+}
+
+// WithSecretNamespace sets SecretOptions.Namespace.
+func WithSecretNamespace(ns string) SecretOption {
+	return secretOptionFunc(func(o *SecretOptions) { o.Namespace = ns })
+}
+
+// WatchAllNamespaces sets SecretOptions.AllNamespaces.
+func WatchAllNamespaces() SecretOption {
+	return secretOptionFunc(func(o *SecretOptions) { o.AllNamespaces = true })
+}
+
+// WithSecretLabel sets SecretOptions.Label and LabelValue.
+func WithSecretLabel(key, value string) SecretOption {
+	return secretOptionFunc(func(o *SecretOptions) { o.Label, o.LabelValue = key, value })
+}
+
+// WithSecretKey sets SecretOptions.Key.
+func WithSecretKey(key string) SecretOption {
+	return secretOptionFunc(func(o *SecretOptions) { o.Key = key })
+}
+
+func (o *SecretOptions) applyDefaults() {
+	argo := o.Format == ArgoCDSecretFormat
+	if o.Namespace == "" {
+		o.Namespace = DefaultSecretNamespace
+		if argo {
+			o.Namespace = DefaultArgoCDNamespace
+		}
+	}
+	if o.Label == "" {
+		o.Label, o.LabelValue = DefaultSecretLabel, DefaultSecretLabelValue
+		if argo {
+			o.Label, o.LabelValue = ArgoCDSecretLabel, ArgoCDSecretLabelValue
+		}
+	}
+	if o.Key == "" {
+		o.Key = DefaultSecretKey
+	}
+	if o.Logger.GetSink() == nil {
+		o.Logger = logr.Discard()
+	}
+}
+
+// newSecretOptions applies opts in order over the zero value, then the
+// defaults.
+func newSecretOptions(opts []SecretOption) (SecretOptions, error) {
+	o := SecretOptions{}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt.applyToSecret(&o); err != nil {
+			return o, err
+		}
+	}
+	switch o.Format {
+	case MulticlusterRuntimeFormat, ArgoCDSecretFormat:
+	default:
+		return o, fmt.Errorf("configwatcher: NewSecretWatcher: unknown %s", o.Format)
+	}
+	o.applyDefaults()
+	return o, nil
+}
