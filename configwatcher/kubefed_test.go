@@ -1,8 +1,6 @@
 package configwatcher_test
 
 import (
-	"errors"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -88,14 +86,7 @@ func TestKubeFed(t *testing.T) {
 	t.Run("Stop", env.testStop)
 }
 
-// kfRecorder reads a watcher's two channels.
-type kfRecorder struct {
-	t    *testing.T
-	w    *configwatcher.KubeFedWatcher
-	errs []error
-}
-
-func (e *kubeFedEnv) watch(t *testing.T, hostCfg *rest.Config, opts ...configwatcher.KubeFedOption) *kfRecorder {
+func (e *kubeFedEnv) watch(t *testing.T, hostCfg *rest.Config, opts ...configwatcher.KubeFedOption) *recorder {
 	t.Helper()
 	opts = append([]configwatcher.KubeFedOption{configwatcher.WithLogger(testr.New(t))}, opts...)
 	start := time.Now()
@@ -107,84 +98,7 @@ func (e *kubeFedEnv) watch(t *testing.T, hostCfg *rest.Config, opts ...configwat
 		t.Errorf("NewKubeFedWatcher took %s: it should not wait for the host", d)
 	}
 	t.Cleanup(w.Stop)
-	return &kfRecorder{t: t, w: w}
-}
-
-// event waits for the next event and checks it. Errors seen meanwhile are
-// kept for noErrors.
-func (r *kfRecorder) event(typ configwatcher.EventType, name string) configwatcher.Event {
-	r.t.Helper()
-	timeout := time.After(kfPatience)
-	for {
-		select {
-		case ev, ok := <-r.w.Events():
-			if !ok {
-				r.t.Fatalf("Events closed while waiting for %s %s", typ, name)
-			}
-			if ev.Type != typ || ev.Config == nil || ev.Config.Name != name {
-				r.t.Fatalf("got event %s %v, want %s %s", ev.Type, ev.Config, typ, name)
-			}
-			return ev
-		case err := <-r.w.Errors():
-			r.t.Logf("error while waiting for %s %s: %v", typ, name, err)
-			r.errs = append(r.errs, err)
-		case <-timeout:
-			r.t.Fatalf("no %s %s within %s (errors: %v)", typ, name, kfPatience, r.errs)
-		}
-	}
-}
-
-// quiet checks that no event comes for d. Errors are kept for noErrors.
-func (r *kfRecorder) quiet(d time.Duration) {
-	r.t.Helper()
-	timeout := time.After(d)
-	for {
-		select {
-		case ev := <-r.w.Events():
-			r.t.Fatalf("unexpected event %s %v", ev.Type, ev.Config)
-		case err := <-r.w.Errors():
-			r.errs = append(r.errs, err)
-		case <-timeout:
-			return
-		}
-	}
-}
-
-func (r *kfRecorder) noErrors() {
-	r.t.Helper()
-	if len(r.errs) > 0 {
-		r.t.Fatalf("unexpected errors: %v", r.errs)
-	}
-}
-
-// err waits for an error that wraps target (any error if nil) and
-// mentions every part; no event may come meanwhile. Other errors are logged
-// and skipped.
-func (r *kfRecorder) err(target error, parts ...string) {
-	r.t.Helper()
-	timeout := time.After(kfPatience)
-	for {
-		select {
-		case ev := <-r.w.Events():
-			r.t.Fatalf("unexpected event %s %v while waiting for an error", ev.Type, ev.Config)
-		case err := <-r.w.Errors():
-			if (target == nil || errors.Is(err, target)) && kfContainsAll(err.Error(), parts) {
-				return
-			}
-			r.t.Logf("skipping error %v", err)
-		case <-timeout:
-			r.t.Fatalf("no error %q mentioning %q within %s", target, parts, kfPatience)
-		}
-	}
-}
-
-func kfContainsAll(s string, parts []string) bool {
-	for _, p := range parts {
-		if !strings.Contains(s, p) {
-			return false
-		}
-	}
-	return true
+	return &recorder{t: t, w: w}
 }
 
 func (e *kubeFedEnv) namespace(t *testing.T, c client.Client, name string) {
@@ -462,7 +376,7 @@ func (e *kubeFedEnv) testStop(t *testing.T) {
 		r := e.watch(t, e.host.Config, configwatcher.WithKubeFedNamespace(ns))
 		// Wait until the event is there, then never read it.
 		test.Eventually(t, kfPatience, "an event", func() bool { return len(r.w.Events()) > 0 })
-		check(t, r.w)
+		check(t, r.w.(*configwatcher.KubeFedWatcher))
 	})
 	t.Run("WhileRetrying", func(t *testing.T) {
 		// Nothing listens there: discovery fails and the watcher retries.
@@ -470,7 +384,7 @@ func (e *kubeFedEnv) testStop(t *testing.T) {
 		cfg.Host = "https://127.0.0.1:1"
 		r := e.watch(t, cfg)
 		r.err(nil)
-		check(t, r.w)
+		check(t, r.w.(*configwatcher.KubeFedWatcher))
 	})
 	t.Run("WhileForbidden", func(t *testing.T) {
 		// An identity that may not list anything: the informers start but
@@ -499,7 +413,7 @@ func (e *kubeFedEnv) testStop(t *testing.T) {
 		}
 		r := e.watch(t, cfg, configwatcher.WithKubeFedNamespace(ns))
 		r.err(nil, "forbidden", "KubeFedCluster")
-		check(t, r.w)
+		check(t, r.w.(*configwatcher.KubeFedWatcher))
 	})
 	t.Run("Immediately", func(t *testing.T) {
 		w, err := configwatcher.NewKubeFedWatcher(e.host.Config, configwatcher.WithKubeFedNamespace(ns))

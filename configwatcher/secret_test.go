@@ -61,14 +61,7 @@ func TestSecretWatcher(t *testing.T) {
 	t.Run("OtherNamespacesAndLabelsIgnored", env.testIgnored)
 }
 
-// secRecorder reads a watcher's two channels.
-type secRecorder struct {
-	t    *testing.T
-	w    configwatcher.ConfigWatcher
-	errs []error
-}
-
-func (e *secretEnv) watch(t *testing.T, opts ...configwatcher.SecretOption) *secRecorder {
+func (e *secretEnv) watch(t *testing.T, opts ...configwatcher.SecretOption) *recorder {
 	t.Helper()
 	opts = append([]configwatcher.SecretOption{configwatcher.WithLogger(testr.New(t))}, opts...)
 	w, err := configwatcher.NewSecretWatcher(e.host.Config, opts...)
@@ -76,79 +69,7 @@ func (e *secretEnv) watch(t *testing.T, opts ...configwatcher.SecretOption) *sec
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)
-	return &secRecorder{t: t, w: w}
-}
-
-// event waits for the next event and checks it.
-func (r *secRecorder) event(typ configwatcher.EventType, name string) configwatcher.Event {
-	r.t.Helper()
-	timeout := time.After(kfPatience)
-	for {
-		select {
-		case ev, ok := <-r.w.Events():
-			if !ok {
-				r.t.Fatalf("Events closed while waiting for %s %s", typ, name)
-			}
-			if ev.Type != typ || ev.Config == nil || ev.Config.Name != name {
-				r.t.Fatalf("got event %s %v, want %s %s", ev.Type, ev.Config, typ, name)
-			}
-			return ev
-		case err := <-r.w.Errors():
-			r.t.Logf("error while waiting for %s %s: %v", typ, name, err)
-			r.errs = append(r.errs, err)
-		case <-timeout:
-			r.t.Fatalf("no %s %s within %s (errors: %v)", typ, name, kfPatience, r.errs)
-		}
-	}
-}
-
-// quiet checks that no event comes for kfQuiet.
-func (r *secRecorder) quiet() {
-	r.t.Helper()
-	timeout := time.After(kfQuiet)
-	for {
-		select {
-		case ev := <-r.w.Events():
-			r.t.Fatalf("unexpected event %s %v", ev.Type, ev.Config)
-		case err := <-r.w.Errors():
-			r.errs = append(r.errs, err)
-		case <-timeout:
-			return
-		}
-	}
-}
-
-func (r *secRecorder) noErrors() {
-	r.t.Helper()
-	if len(r.errs) > 0 {
-		r.t.Fatalf("unexpected errors: %v", r.errs)
-	}
-}
-
-// err waits for an error that wraps target and mentions every part; no
-// event may come meanwhile.
-func (r *secRecorder) err(target error, parts ...string) {
-	r.t.Helper()
-	_ = r.errFound(target, parts...)
-}
-
-// errFound is err, returning the error for more checks.
-func (r *secRecorder) errFound(target error, parts ...string) error {
-	r.t.Helper()
-	timeout := time.After(kfPatience)
-	for {
-		select {
-		case ev := <-r.w.Events():
-			r.t.Fatalf("unexpected event %s %v while waiting for an error", ev.Type, ev.Config)
-		case err := <-r.w.Errors():
-			if errors.Is(err, target) && kfContainsAll(err.Error(), parts) {
-				return err
-			}
-			r.t.Logf("skipping error %v", err)
-		case <-timeout:
-			r.t.Fatalf("no error %q mentioning %q within %s", target, parts, kfPatience)
-		}
-	}
+	return &recorder{t: t, w: w}
 }
 
 func (e *secretEnv) namespace(t *testing.T) string {
@@ -247,15 +168,15 @@ func (e *secretEnv) testKubeconfig(t *testing.T) {
 		t.Errorf("Source.Object = %q, want %q", got, want)
 	}
 	e.reachesMember(t, ev.Config, e.token)
-	r.quiet()
+	r.quiet(kfQuiet)
 
 	e.update(t, s, func(s *corev1.Secret) { s.Data["kubeconfig"] = e.kubeconfigFor(t, e.rotated) })
 	ev = r.event(configwatcher.Updated, "member-1")
 	e.reachesMember(t, ev.Config, e.rotated)
-	r.quiet()
+	r.quiet(kfQuiet)
 
 	e.update(t, s, func(s *corev1.Secret) { s.Annotations = map[string]string{"touched": "yes"} })
-	r.quiet()
+	r.quiet(kfQuiet)
 	r.noErrors()
 
 	e.update(t, s, func(s *corev1.Secret) {
@@ -266,21 +187,21 @@ func (e *secretEnv) testKubeconfig(t *testing.T) {
 		t.Errorf("error %v does not wrap config.ErrInvalidKubeconfig", err)
 	}
 	e.noSecrets(t, err)
-	r.quiet()
+	r.quiet(kfQuiet)
 
 	e.update(t, s, func(s *corev1.Secret) { delete(s.Data, "kubeconfig") })
 	r.err(configwatcher.ErrSecretInvalid, "Secret "+ns+"/member-1", `"kubeconfig"`)
-	r.quiet()
+	r.quiet(kfQuiet)
 
 	// Fixed with the config it had: nothing to publish.
 	e.update(t, s, func(s *corev1.Secret) { s.Data = map[string][]byte{"kubeconfig": e.kubeconfigFor(t, e.rotated)} })
-	r.quiet()
+	r.quiet(kfQuiet)
 
 	if err := e.hostClient.Delete(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
 	r.event(configwatcher.Deleted, "member-1")
-	r.quiet()
+	r.quiet(kfQuiet)
 }
 
 // testArgoCD: the same flow in Argo CD's format, the cluster named by the
@@ -299,27 +220,27 @@ func (e *secretEnv) testArgoCD(t *testing.T) {
 		t.Errorf("Source.Object = %q, want %q", got, want)
 	}
 	e.reachesMember(t, ev.Config, e.token)
-	r.quiet()
+	r.quiet(kfQuiet)
 
 	e.update(t, s, func(s *corev1.Secret) { s.Data["config"] = e.argoConfig(t, e.rotated, nil) })
 	ev = r.event(configwatcher.Updated, "argo-member")
 	e.reachesMember(t, ev.Config, e.rotated)
-	r.quiet()
+	r.quiet(kfQuiet)
 
 	e.update(t, s, func(s *corev1.Secret) { s.Data["config"] = []byte(`{"bearerToken": "` + e.rotated + `", `) })
 	err := r.errFound(configwatcher.ErrSecretInvalid, "Secret "+ns+"/cluster-abc", "argo-member", "last good config")
 	e.noSecrets(t, err)
-	r.quiet()
+	r.quiet(kfQuiet)
 
 	e.update(t, s, func(s *corev1.Secret) { delete(s.Data, "name") })
 	r.err(configwatcher.ErrSecretInvalid, "Secret "+ns+"/cluster-abc", `"name"`, "last good config")
-	r.quiet()
+	r.quiet(kfQuiet)
 
 	if err := e.hostClient.Delete(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
 	r.event(configwatcher.Deleted, "argo-member")
-	r.quiet()
+	r.quiet(kfQuiet)
 }
 
 // testRefused: credentials that run programs need AllowAuthPlugins, and a
@@ -364,14 +285,14 @@ func (e *secretEnv) testRefused(t *testing.T) {
 		r.err(config.ErrAuthPluginRefused, "Secret "+ns+"/exec", "exec plugin")
 		e.create(t, ns, "tokenfile", mcrLabel, map[string][]byte{"kubeconfig": fileKubeconfig(t)})
 		r.err(config.ErrFileReferenceRefused, "Secret "+ns+"/tokenfile", "tokenFile")
-		r.quiet()
+		r.quiet(kfQuiet)
 
 		ra := e.watch(t, configwatcher.ArgoCDFormat(), configwatcher.WithSecretNamespace(ns))
 		e.create(t, ns, "argo-exec", argoLabel, argoExec)
 		ra.err(config.ErrAuthPluginRefused, "Secret "+ns+"/argo-exec", "execProviderConfig")
 		e.create(t, ns, "argo-aws", argoLabel, argoAWS)
 		ra.err(config.ErrAuthPluginRefused, "Secret "+ns+"/argo-aws", "awsAuthConfig")
-		ra.quiet()
+		ra.quiet(kfQuiet)
 	})
 
 	t.Run("Allowed", func(t *testing.T) {
@@ -419,7 +340,7 @@ func (e *secretEnv) testDuplicate(t *testing.T) {
 	e.create(t, ns, "a-second", argoLabel, data(e.rotated))
 	err := r.errFound(configwatcher.ErrSecretDuplicateCluster, "Secret "+ns+"/a-second", "Secret "+ns+"/z-first")
 	e.noSecrets(t, err)
-	r.quiet()
+	r.quiet(kfQuiet)
 
 	if err := e.hostClient.Delete(t.Context(), first); err != nil {
 		t.Fatal(err)
@@ -429,7 +350,7 @@ func (e *secretEnv) testDuplicate(t *testing.T) {
 		t.Errorf("cluster served from %s, want the remaining Secret", ev.Config.Source)
 	}
 	e.reachesMember(t, ev.Config, e.rotated)
-	r.quiet()
+	r.quiet(kfQuiet)
 }
 
 // testIgnored: Secrets of other namespaces, or without the label, are not
@@ -443,7 +364,7 @@ func (e *secretEnv) testIgnored(t *testing.T) {
 	e.create(t, other, "elsewhere", mcrLabel, kc)
 	e.create(t, ns, "here", mcrLabel, kc)
 	r.event(configwatcher.Added, "here")
-	r.quiet()
+	r.quiet(kfQuiet)
 	r.noErrors()
 
 	// Across namespaces there may be other tests' Secrets; only these two
