@@ -92,13 +92,8 @@ func (c *cluster) add(nc *config.NamedConfig, fp string) error {
 func (c *cluster) update(nc *config.NamedConfig, fp string) (<-chan struct{}, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	switch {
-	case c.dead:
-		return nil, errDead
-	case c.desired == nil:
-		return nil, fmt.Errorf("cluster %q: %w", c.name, ErrClusterNotFound)
-	case c.fp == fp:
-		return nil, nil
+	if err := c.knownLocked(); err != nil || c.fp == fp {
+		return nil, err
 	}
 	c.desired, c.fp = nc, fp
 	c.status.Source = nc.Source
@@ -119,11 +114,8 @@ func (c *cluster) update(nc *config.NamedConfig, fp string) (<-chan struct{}, er
 func (c *cluster) remove() (<-chan struct{}, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	switch {
-	case c.dead:
-		return nil, errDead
-	case c.desired == nil:
-		return nil, fmt.Errorf("cluster %q: %w", c.name, ErrClusterNotFound)
+	if err := c.knownLocked(); err != nil {
+		return nil, err
 	}
 	c.desired, c.fp = nil, ""
 	if c.gen == nil {
@@ -136,6 +128,18 @@ func (c *cluster) remove() (<-chan struct{}, error) {
 	c.gen.stop()
 	c.setPhaseLocked(c.gen, PhaseStopping, nil)
 	return c.gen.done, nil
+}
+
+// knownLocked is errDead for a retired record (look the name up again) and
+// ErrClusterNotFound for a name that is not desired.
+func (c *cluster) knownLocked() error {
+	switch {
+	case c.dead:
+		return errDead
+	case c.desired == nil:
+		return fmt.Errorf("cluster %q: %w", c.name, ErrClusterNotFound)
+	}
+	return nil
 }
 
 // start lets the cluster run generations under r (the host leads).
