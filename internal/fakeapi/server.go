@@ -161,7 +161,11 @@ func (s *Server) OpenWatches() int {
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
 	if !s.delay(r) {
-		writeError(w, apierrors.NewServiceUnavailable("shutting down"))
+		// Answer only a client that still waits: one that gave up must see
+		// its own ctx error, not a reply that raced it.
+		if r.Context().Err() == nil {
+			writeError(w, apierrors.NewServiceUnavailable("shutting down"))
+		}
 		return
 	}
 	if s.unauthorized.Load() || r.Header.Get("Authorization") != "Bearer "+s.token {
