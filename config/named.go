@@ -25,6 +25,15 @@ type NamedConfig struct {
 	// It plays no part in Fingerprint.
 	Source Source
 
+	// Properties are what the source says about the cluster beyond how to
+	// reach it: a ClusterProfile's status.properties (among them the
+	// cluster ID "cluster.clusterset.k8s.io" and "clusterset.k8s.io"), for
+	// example. Reconcilers read them with server.Server.ClusterProperties.
+	// They count in Fingerprint but not in ReachFingerprint, so a change
+	// to them alone is an Updated event that a Server takes without
+	// restarting the member. Treat the map as read-only once published.
+	Properties map[string]string
+
 	// refs are the files the kubeconfig named as certificate, key or token
 	// (absolute, as written), whether or not Config still names them: a
 	// directory's loader tells data files from broken kubeconfigs by them.
@@ -83,21 +92,37 @@ func (c *NamedConfig) Redacted() string {
 	return s
 }
 
-// Fingerprint returns a digest of everything in the config that decides how
-// the cluster is reached: name, endpoint, credentials, TLS settings, proxy
-// URL, rate limits. Two NamedConfigs with the same Fingerprint reach the same
+// Fingerprint returns a digest of everything in the config: its name, what
+// decides how the cluster is reached (see ReachFingerprint) and its
+// Properties. Two NamedConfigs with the same Fingerprint describe the same
 // cluster the same way, so "the same config again" can be told apart from a
 // change even though *rest.Config values (with their func fields) never
 // compare equal by pointer or reflect.DeepEqual.
+func (c *NamedConfig) Fingerprint() string {
+	return c.fingerprint(true)
+}
+
+// ReachFingerprint returns a digest of what decides how the cluster is
+// reached: name, endpoint, credentials, TLS settings, proxy URL, rate
+// limits. Two NamedConfigs with the same ReachFingerprint reach the same
+// cluster the same way, whatever their Properties.
 //
 // Func-valued fields (Dial, WrapTransport, Proxy, …) cannot be compared; only
 // whether they are set counts. The digest is one-way: it does not reveal the
 // credentials it covers.
-func (c *NamedConfig) Fingerprint() string {
+func (c *NamedConfig) ReachFingerprint() string {
+	return c.fingerprint(false)
+}
+
+func (c *NamedConfig) fingerprint(properties bool) string {
 	h := sha256.New()
 	writeJSON(h, c.Name)
 	if c.Config != nil {
 		writeJSON(h, fingerprintFields(c.Config))
+	}
+	// Without Properties the digest is what it was before they existed.
+	if properties && len(c.Properties) > 0 {
+		writeJSON(h, c.Properties) // encoding/json sorts map keys
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -112,3 +112,35 @@ func TestNamedConfigStringHasNoCredentials(t *testing.T) {
 		t.Errorf("object source = %q", got)
 	}
 }
+
+func TestPropertiesCountInFingerprintOnly(t *testing.T) {
+	cfg := &rest.Config{Host: "https://127.0.0.1:6443", BearerToken: "tok"}
+	plain := NewNamedConfig("a", cfg)
+	with := &NamedConfig{Name: "a", Config: cfg, Properties: map[string]string{"clusterset.k8s.io": "x", "cluster.clusterset.k8s.io": "id"}}
+	// The same map built in another order: the digest does not depend on it.
+	same := &NamedConfig{Name: "a", Config: cfg, Properties: map[string]string{"cluster.clusterset.k8s.io": "id", "clusterset.k8s.io": "x"}}
+	other := &NamedConfig{Name: "a", Config: cfg, Properties: map[string]string{"clusterset.k8s.io": "y", "cluster.clusterset.k8s.io": "id"}}
+	empty := &NamedConfig{Name: "a", Config: cfg, Properties: map[string]string{}}
+
+	if plain.Fingerprint() == with.Fingerprint() || with.Fingerprint() == other.Fingerprint() {
+		t.Error("a change of Properties left Fingerprint alone")
+	}
+	if with.Fingerprint() != same.Fingerprint() {
+		t.Error("equal Properties gave different fingerprints")
+	}
+	if plain.Fingerprint() != empty.Fingerprint() {
+		t.Error("empty Properties differ from none")
+	}
+	for _, c := range []*NamedConfig{with, other, empty} {
+		if c.ReachFingerprint() != plain.ReachFingerprint() {
+			t.Errorf("Properties %v changed ReachFingerprint", c.Properties)
+		}
+	}
+	if plain.ReachFingerprint() != plain.Fingerprint() {
+		t.Error("without Properties the two digests should agree")
+	}
+	rotated := &NamedConfig{Name: "a", Config: &rest.Config{Host: cfg.Host, BearerToken: "rotated"}, Properties: with.Properties}
+	if rotated.ReachFingerprint() == with.ReachFingerprint() {
+		t.Error("a rotated token left ReachFingerprint alone")
+	}
+}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -42,7 +43,7 @@ type cluster struct {
 
 	mu      sync.Mutex
 	desired *config.NamedConfig // nil once deleted
-	fp      string
+	fp      fingerprints
 	gen     *generation // running or stopping; nil when none
 	run     *run        // the fleet's current run; nil while not leading
 	status  ClusterStatus
@@ -58,10 +59,25 @@ func newCluster(name string, e *env, reg *registry) *cluster {
 // left the registry meanwhile.
 var errDead = fmt.Errorf("cluster record retired")
 
+// fingerprints are a desired config's digests: all of it, and what decides
+// how the cluster is reached (a change to the rest, its Properties, needs
+// no new Manager).
+type fingerprints struct{ all, reach string }
+
+func fingerprintsOf(nc *config.NamedConfig) fingerprints {
+	return fingerprints{all: nc.Fingerprint(), reach: nc.ReachFingerprint()}
+}
+
+// describeLocked sets what the status tells of the desired config.
+func (c *cluster) describeLocked(nc *config.NamedConfig) {
+	c.status.Source = nc.Source
+	c.status.Properties = maps.Clone(nc.Properties)
+}
+
 // add sets the config of a cluster that is not desired yet (new, or
 // deleted while its last generation still stops). The same config again is
 // a no-op; another one is ErrClusterExists.
-func (c *cluster) add(nc *config.NamedConfig, fp string) error {
+func (c *cluster) add(nc *config.NamedConfig, fp fingerprints) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
@@ -78,35 +94,40 @@ func (c *cluster) add(nc *config.NamedConfig, fp string) error {
 	// still stopping from before a Delete has no route any more.
 	c.env.routes.Set(c.name, nil, false)
 	if c.gen == nil {
-		c.status = ClusterStatus{Name: c.name, Source: nc.Source, Phase: PhasePending, Since: time.Now()}
-	} else {
-		c.status.Source = nc.Source
+		c.status = ClusterStatus{Name: c.name, Phase: PhasePending, Since: time.Now()}
 	}
+	c.describeLocked(nc)
 	c.ensureLocked()
 	return nil
 }
 
-// update replaces the desired config and stops the generation running the
-// old one; the returned channel closes once it has stopped (nil when
-// nothing runs). The next generation starts from ensureLocked when it has.
-func (c *cluster) update(nc *config.NamedConfig, fp string) (<-chan struct{}, error) {
+// update replaces the desired config. When the cluster is reached
+// differently it stops the generation running the old config (restart is
+// true); the returned channel closes once it has stopped (nil when nothing
+// runs). The next generation starts from ensureLocked when it has. A change
+// of Properties alone keeps the running generation.
+func (c *cluster) update(nc *config.NamedConfig, fp fingerprints) (stopped <-chan struct{}, restart bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.knownLocked(); err != nil || c.fp == fp {
-		return nil, err
+	if err := c.knownLocked(); err != nil || c.fp.all == fp.all {
+		return nil, false, err
 	}
+	restart = c.fp.reach != fp.reach
 	c.desired, c.fp = nc, fp
-	c.status.Source = nc.Source
+	c.describeLocked(nc)
+	if !restart {
+		return nil, false, nil
+	}
 	if c.gen == nil {
 		c.ensureLocked()
-		return nil, nil
+		return nil, true, nil
 	}
 	// Calls aimed at the cluster stop reaching the old Manager first, so
 	// that those waiting on it end with ErrClusterNotReady.
 	c.env.routes.Set(c.name, nil, false)
 	c.gen.stop()
 	c.setPhaseLocked(c.gen, PhaseStopping, nil)
-	return c.gen.done, nil
+	return c.gen.done, true, nil
 }
 
 // remove forgets the desired config and stops the live generation; the
@@ -117,7 +138,7 @@ func (c *cluster) remove() (<-chan struct{}, error) {
 	if err := c.knownLocked(); err != nil {
 		return nil, err
 	}
-	c.desired, c.fp = nil, ""
+	c.desired, c.fp = nil, fingerprints{}
 	if c.gen == nil {
 		c.retireLocked()
 		return nil, nil
@@ -211,7 +232,9 @@ func (c *cluster) known() bool {
 func (c *cluster) snapshot() (ClusterStatus, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.status, c.desired != nil
+	st := c.status
+	st.Properties = maps.Clone(st.Properties)
+	return st, c.desired != nil
 }
 
 // The methods below are how a generation reports; each ignores a

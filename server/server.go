@@ -21,6 +21,7 @@ import (
 	"github.com/mccr-dev/mccr/configwatcher"
 	"github.com/mccr-dev/mccr/internal/conntrack"
 	"github.com/mccr-dev/mccr/internal/router"
+	"github.com/mccr-dev/mccr/known"
 )
 
 var (
@@ -118,7 +119,7 @@ func (s *Server) Add(nc *config.NamedConfig) error {
 	if err := validate(nc); err != nil {
 		return err
 	}
-	fp := nc.Fingerprint()
+	fp := fingerprintsOf(nc)
 	for {
 		c := s.clusters.getOrCreate(nc.Name, func() *cluster { return newCluster(nc.Name, &s.env, &s.clusters) })
 		err := c.add(nc, fp)
@@ -138,7 +139,9 @@ func (s *Server) Add(nc *config.NamedConfig) error {
 
 // Update replaces a member's config. The same config again is a no-op; a
 // changed one stops that member's Manager and starts a new one with the new
-// config, leaving every other member alone. Update returns once the old
+// config, leaving every other member alone. A config that differs only in
+// its Properties (config.NamedConfig.ReachFingerprint unchanged) keeps the
+// running Manager and takes the new Properties at once. Update returns once the old
 // Manager has stopped (or with ErrStopTimeout after Options.StopTimeout;
 // the new Manager starts only once the old one has stopped, whenever that
 // is).
@@ -154,18 +157,22 @@ func (s *Server) Update(nc *config.NamedConfig) error {
 }
 
 func (s *Server) update(nc *config.NamedConfig) (<-chan struct{}, error) {
-	fp := nc.Fingerprint()
+	fp := fingerprintsOf(nc)
 	for {
 		c := s.clusters.get(nc.Name)
 		if c == nil {
 			return nil, fmt.Errorf("cluster %q: %w", nc.Name, ErrClusterNotFound)
 		}
-		stopped, err := c.update(nc, fp)
+		stopped, restart, err := c.update(nc, fp)
 		if errors.Is(err, errDead) {
 			continue
 		}
-		if err == nil {
+		switch {
+		case err != nil:
+		case restart:
 			s.log.Info("cluster updated; restarting it", "cluster", nc.Name, "source", nc.Source.String())
+		default:
+			s.log.Info("cluster properties updated; member keeps running", "cluster", nc.Name, "source", nc.Source.String())
 		}
 		return stopped, err
 	}
@@ -352,6 +359,22 @@ func (s *Server) Status(name string) (ClusterStatus, error) {
 		}
 	}
 	return ClusterStatus{}, fmt.Errorf("cluster %q: %w", name, ErrClusterNotFound)
+}
+
+// ClusterProperties returns the Properties of the member named in ctx (a
+// member reconciler's ctx, or one made with known.WithCluster), as its
+// source last gave them: nil when it gave none. An unknown member, or a ctx
+// naming none, is ErrClusterNotFound.
+func (s *Server) ClusterProperties(ctx context.Context) (map[string]string, error) {
+	name, ok := known.ClusterFrom(ctx)
+	if !ok {
+		return nil, fmt.Errorf("no cluster in context: %w", ErrClusterNotFound)
+	}
+	st, err := s.Status(name)
+	if err != nil {
+		return nil, err
+	}
+	return st.Properties, nil
 }
 
 // Statuses returns every member's status, sorted by name.

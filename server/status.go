@@ -42,6 +42,9 @@ type ClusterStatus struct {
 	Name string
 	// Source is where its config came from.
 	Source config.Source
+	// Properties are what its source says about it (config.NamedConfig.
+	// Properties); a copy.
+	Properties map[string]string
 	// Phase and when it was entered.
 	Phase Phase
 	Since time.Time
