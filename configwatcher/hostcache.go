@@ -14,11 +14,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/mccr-dev/mccr/internal/syncinformer"
 )
@@ -38,6 +40,15 @@ const (
 type hostWatched struct {
 	kind string // for messages: "Secrets"
 	obj  client.Object
+	// resolve, if set, works out obj when watching starts, from what the
+	// host serves (which version of a CRD, say). Its failures are retried
+	// like a failure to watch; a NoMatch error counts as the kind missing.
+	resolve func(meta.RESTMapper) (client.Object, error)
+	// selector, if set, restricts the cache to the objects of this kind it
+	// matches (on top of hostCacheSpec.selector). Only for namespaced
+	// built-in kinds (Secrets): their scope is known without asking the
+	// host, which New must not wait for.
+	selector labels.Selector
 }
 
 // hostCacheSpec is what a watcher tells hostCache.init: what to watch and
@@ -72,7 +83,7 @@ type hostCacheSpec struct {
 	sync func() (next time.Time, ok bool)
 }
 
-// hostCache is the bookkeeping both watchers of a host cluster share: a
+// hostCache is the bookkeeping the watchers of a host cluster share: a
 // controller-runtime cache of the watched objects and its lifecycle, the
 // publisher, the signal that something changed, the run loop calling the
 // watcher's sync, and the reporting of the host's failures.
@@ -83,6 +94,9 @@ type hostCache struct {
 	pub   *publisher
 	cache cache.Cache
 	http  *http.Client
+	// mapper is the cache's: it resolves kinds through the host's
+	// discovery, once it is asked to.
+	mapper meta.RESTMapper
 
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -127,17 +141,21 @@ func (h *hostCache) init(hostCfg *rest.Config, spec hostCacheSpec) error {
 	h.hostErrs.seen = map[string]time.Time{}
 	h.pub = newPublisher(h.log)
 	h.markSettled = sync.OnceFunc(func() { close(h.settled) })
+	byObject, err := h.initMapper(hostCfg, scheme, spec.watched)
+	if err != nil {
+		return fmt.Errorf("configwatcher: %s host %s: %w", spec.what, h.host, err)
+	}
 	// The cache makes no request before it is started, so a host that is
 	// down or lacks a CRD is found out (and reported) by run.
 	h.cache, err = cache.New(hostCfg, cache.Options{
 		HTTPClient:               hc,
 		Scheme:                   scheme,
+		Mapper:                   h.mapper,
 		DefaultNamespaces:        spec.namespaces,
 		DefaultLabelSelector:     spec.selector,
 		DefaultTransform:         spec.transform,
 		DefaultWatchErrorHandler: h.watchError,
-		// No ByObject: it makes cache.New ask the host whether each type
-		// is namespaced, and New must not wait for the host.
+		ByObject:                 byObject,
 		// Restricted to a namespace, the cache starts a goroutine per
 		// informer and per handler registration that waits for its sync
 		// checker; an informer stopped before its first list (the host
@@ -152,6 +170,52 @@ func (h *hostCache) init(hostCfg *rest.Config, spec hostCacheSpec) error {
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	return nil
+}
+
+// initMapper sets up the cache's REST mapper and the ByObject settings of
+// the kinds watched with their own selector. cache.New asks the mapper
+// whether each ByObject kind is namespaced; those kinds are answered from
+// a static table, so that New makes no request to the host. Every other
+// kind is looked up through the host's discovery, lazily.
+func (h *hostCache) initMapper(hostCfg *rest.Config, scheme *runtime.Scheme, watched []hostWatched) (map[client.Object]cache.ByObject, error) {
+	dynamic, err := apiutil.NewDynamicRESTMapper(hostCfg, h.http)
+	if err != nil {
+		return nil, err
+	}
+	static := meta.NewDefaultRESTMapper(nil)
+	var byObject map[client.Object]cache.ByObject
+	for _, wd := range watched {
+		if wd.selector == nil {
+			continue
+		}
+		gvk, err := apiutil.GVKForObject(wd.obj, scheme)
+		if err != nil {
+			return nil, err
+		}
+		static.Add(gvk, meta.RESTScopeNamespace)
+		if byObject == nil {
+			byObject = map[client.Object]cache.ByObject{}
+		}
+		byObject[wd.obj] = cache.ByObject{Label: wd.selector}
+	}
+	h.mapper = staticFirstMapper{RESTMapper: dynamic, static: static}
+	return byObject, nil
+}
+
+// staticFirstMapper answers RESTMapping from static when it knows the
+// kind, and from the embedded (dynamic) mapper otherwise. Unlike
+// meta.FirstHitRESTMapper it never merges the two mappers' errors, so a
+// failure of the host's discovery is not mistaken for a kind it lacks.
+type staticFirstMapper struct {
+	meta.RESTMapper
+	static meta.RESTMapper
+}
+
+func (m staticFirstMapper) RESTMapping(gk schema.GroupKind, versions ...string) (*meta.RESTMapping, error) {
+	if mapping, err := m.static.RESTMapping(gk, versions...); err == nil {
+		return mapping, nil
+	}
+	return m.RESTMapper.RESTMapping(gk, versions...)
 }
 
 // start starts the cache and the run loop.
@@ -242,7 +306,14 @@ func (h *hostCache) startWatching() bool {
 	}
 	delay := hostRetryFirst
 	for len(objs) > 0 {
-		inf, err := h.cache.GetInformer(h.ctx, objs[0].obj, cache.BlockUntilSynced(false))
+		obj, err := objs[0].obj, error(nil)
+		if objs[0].resolve != nil {
+			obj, err = objs[0].resolve(h.mapper)
+		}
+		var inf cache.Informer
+		if err == nil {
+			inf, err = h.cache.GetInformer(h.ctx, obj, cache.BlockUntilSynced(false))
+		}
 		if err == nil {
 			_, err = inf.AddEventHandler(handler)
 		}

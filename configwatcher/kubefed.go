@@ -118,7 +118,7 @@ func NewKubeFedWatcher(hostCfg *rest.Config, opts ...KubeFedOption) (*KubeFedWat
 		schemes:    []func(*runtime.Scheme) error{corev1.AddToScheme, kubefedv1beta1.AddToScheme},
 		namespaces: map[string]cache.Config{o.Namespace: {}},
 		transform:  kubeFedTransform,
-		watched:    []hostWatched{{"KubeFedClusters", &kubefedv1beta1.KubeFedCluster{}}, {"Secrets", &corev1.Secret{}}},
+		watched:    []hostWatched{{kind: "KubeFedClusters", obj: &kubefedv1beta1.KubeFedCluster{}}, {kind: "Secrets", obj: &corev1.Secret{}}},
 		noMatch:    ErrKubeFedNotInstalled,
 		describe: func(kind string, err error) error {
 			return fmt.Errorf("configwatcher: KubeFed host %s: watching %s in namespace %s: %w", w.host, kind, o.Namespace, err)

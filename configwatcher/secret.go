@@ -133,7 +133,7 @@ func NewSecretWatcher(hostCfg *rest.Config, opts ...SecretOption) (*SecretWatche
 		namespaces: namespaces,
 		selector:   selector,
 		transform:  w.transform,
-		watched:    []hostWatched{{"Secrets", &corev1.Secret{}}},
+		watched:    []hostWatched{{kind: "Secrets", obj: &corev1.Secret{}}},
 		describe: func(kind string, err error) error {
 			return fmt.Errorf("configwatcher: Secret host %s: watching %s: %w", w.host, kind, config.RedactError(err))
 		},
