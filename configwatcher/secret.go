@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -90,8 +89,8 @@ type SecretWatcher struct {
 	// Secret whose name key breaks still keeps its cluster.
 	owners map[string]string
 	claims map[string]string
-	// reported maps what a problem is about to the message last reported.
-	reported map[string]string
+	// reported holds the problems reported, by Secret.
+	reported problemReports
 }
 
 var _ ConfigWatcher = (*SecretWatcher)(nil)
@@ -123,7 +122,7 @@ func NewSecretWatcher(hostCfg *rest.Config, opts ...SecretOption) (*SecretWatche
 		opts:     o,
 		owners:   map[string]string{},
 		claims:   map[string]string{},
-		reported: map[string]string{},
+		reported: problemReports{},
 	}
 	if err := w.init(hostCfg, hostCacheSpec{
 		what:       "Secret",
@@ -148,14 +147,6 @@ func NewSecretWatcher(hostCfg *rest.Config, opts ...SecretOption) (*SecretWatche
 	return w, nil
 }
 
-// secretClaim is what one Secret says about its cluster.
-type secretClaim struct {
-	ref  string // namespace/name
-	name string // the cluster name, "" when not even that is known
-	cfg  *config.NamedConfig
-	err  error
-}
-
 // sync works out the fleet from the cache and publishes it. It returns
 // false once the watcher is stopped.
 func (w *SecretWatcher) sync() bool {
@@ -172,90 +163,35 @@ func (w *SecretWatcher) sync() bool {
 		return true
 	}
 
-	byName := map[string][]*secretClaim{}
-	problems := map[string]error{}
-	claims := map[string]string{}
+	claims := make([]*claim, 0, len(list.Items))
 	for i := range list.Items {
-		s := &list.Items[i]
-		c := w.claim(s)
+		c := w.claim(&list.Items[i])
 		if c.name == "" {
 			c.name = w.claims[c.ref] // a broken name key keeps the cluster it named
 		}
-		if c.err != nil {
-			problems[c.ref] = c.err
-		}
-		if c.name == "" {
-			continue
-		}
-		claims[c.ref] = c.name
-		byName[c.name] = append(byName[c.name], c)
+		claims = append(claims, c)
 	}
-
-	desired := make(map[string]*config.NamedConfig, len(byName))
-	owners := make(map[string]string, len(byName))
-	for name, cs := range byName {
-		slices.SortFunc(cs, func(a, b *secretClaim) int { return strings.Compare(a.ref, b.ref) })
-		// The Secret serving the cluster keeps it; otherwise a usable
-		// claim wins over a broken one, then namespace/name order decides.
-		owner := cs[0]
-		if i := slices.IndexFunc(cs, func(c *secretClaim) bool { return c.ref == w.owners[name] }); i >= 0 {
-			owner = cs[i]
-		} else if i := slices.IndexFunc(cs, func(c *secretClaim) bool { return c.cfg != nil }); i >= 0 {
-			owner = cs[i]
-		}
-		for _, c := range cs {
-			if c != owner {
-				problems[c.ref] = fmt.Errorf("configwatcher: Secret %s: cluster %q: %w (Secret %s keeps it)", c.ref, name, ErrSecretDuplicateCluster, owner.ref)
-			}
-		}
-		switch last, ok := w.pub.published(name); {
-		case owner.cfg != nil:
-			desired[name] = owner.cfg
-		case ok && w.owners[name] == owner.ref:
-			desired[name] = last
-			problems[owner.ref] = fmt.Errorf("%w; keeping its last good config", owner.err)
-			w.log.V(1).Info("keeping the last good config", "cluster", name, "secret", owner.ref)
-		default:
-			continue
-		}
-		owners[name] = owner.ref
-	}
-	if !w.pub.apply(desired, w.ctx.Done()) {
+	out := settleClaims(claims, w.owners, w.pub, w.log, func(c, owner *claim) error {
+		return fmt.Errorf("configwatcher: Secret %s: cluster %q: %w (Secret %s keeps it)", c.ref, c.name, ErrSecretDuplicateCluster, owner.ref)
+	})
+	if !w.pub.apply(out.desired, w.ctx.Done()) {
 		return false
 	}
-	w.owners, w.claims = owners, claims
-	w.reportProblems(problems)
+	w.owners = out.owners
+	clear(w.claims)
+	for _, c := range claims {
+		if c.name != "" {
+			w.claims[c.ref] = c.name
+		}
+	}
+	w.reported.report(w.pub, out.problems)
 	return true
 }
 
-// reportProblems reports each problem once, again only when its message
-// changes, and forgets those that are gone so that they are reported
-// again if they come back.
-func (w *SecretWatcher) reportProblems(now map[string]error) {
-	for ref := range w.reported {
-		if now[ref] == nil {
-			delete(w.reported, ref)
-		}
-	}
-	refs := make([]string, 0, len(now))
-	for ref := range now {
-		refs = append(refs, ref)
-	}
-	slices.Sort(refs)
-	for _, ref := range refs {
-		err := config.RedactError(now[ref])
-		if w.reported[ref] == err.Error() {
-			continue
-		}
-		w.reported[ref] = err.Error()
-		w.pub.report(err)
-	}
-}
-
 // claim reads one Secret in the watcher's format.
-func (w *SecretWatcher) claim(s *corev1.Secret) *secretClaim {
+func (w *SecretWatcher) claim(s *corev1.Secret) *claim {
 	ref := s.Namespace + "/" + s.Name
-	c := &secretClaim{ref: ref}
+	c := &claim{ref: ref, id: ref}
 	var cfg *rest.Config
 	var err error
 	if w.opts.Format == ArgoCDSecretFormat {

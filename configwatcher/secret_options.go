@@ -1,7 +1,6 @@
 package configwatcher
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/go-logr/logr"
@@ -117,16 +116,20 @@ func (f secretOptionFunc) applyToSecret(o *SecretOptions) error {
 	return nil
 }
 
-// errSecretFileOption is why a FileWatcher option that does not fit is
-// refused rather than silently ignored.
-var errSecretFileOption = errors.New("configwatcher: NewSecretWatcher: only the FileWatcher options WithLogger, AllowAuthPlugins and WithLoadOptions(config.AllowAuthPlugins()) apply; a Secret has no directory for file references")
-
 // applyToSecret lets the options shared by the watchers of this package
 // (WithLogger, AllowAuthPlugins) configure a SecretWatcher too.
 func (f FileOption) applyToSecret(o *SecretOptions) error {
-	fo := FileOptions{Logger: o.Logger}
+	return f.applyInline("NewSecretWatcher", &o.Logger, &o.AllowAuthPlugins)
+}
+
+// applyInline applies f to what the watchers of kubeconfigs held in
+// objects share with the FileWatcher: the logger and AllowAuthPlugins. A
+// FileWatcher option that sets anything else is refused (ctor names the
+// watcher's constructor) rather than silently ignored: such a kubeconfig
+// has no directory for file references.
+func (f FileOption) applyInline(ctor string, log *logr.Logger, allowPlugins *bool) error {
+	fo := FileOptions{Logger: *log}
 	f(&fo)
-	o.Logger = fo.Logger
 	lo := config.LoadOptions{AllowAuthPlugins: fo.AllowAuthPlugins}
 	for _, opt := range fo.LoadOptions {
 		if opt != nil {
@@ -134,9 +137,10 @@ func (f FileOption) applyToSecret(o *SecretOptions) error {
 		}
 	}
 	if lo.AnyFileReferences || len(lo.FileReferenceRoots) > 0 || fo.Debounce != 0 {
-		return errSecretFileOption
+		return fmt.Errorf("configwatcher: %s: only the FileWatcher options WithLogger, AllowAuthPlugins and WithLoadOptions(config.AllowAuthPlugins()) apply; a kubeconfig held in an object has no directory for file references", ctor)
 	}
-	o.AllowAuthPlugins = o.AllowAuthPlugins || lo.AllowAuthPlugins
+	*log = fo.Logger
+	*allowPlugins = *allowPlugins || lo.AllowAuthPlugins
 	return nil
 }
 
