@@ -4,16 +4,22 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/mccr-dev/mccr/internal/syncinformer"
 )
@@ -39,13 +45,18 @@ type syncNotifyingCache struct {
 	synced sync.Map
 	// forbidden are the kinds the member may not read.
 	forbidden *syncinformer.Kinds
+	// waiting are the kinds that warm-ups wait for (see latekind.go).
+	waiting *kindSet
+	scheme  *runtime.Scheme
+	mapper  meta.RESTMapper
+	log     logr.Logger
 
 	// tracker knows the sync checkers of every informer and handler
 	// registration handed out, for WaitForCacheSync.
 	tracker syncinformer.Tracker
 }
 
-func newSyncNotifyingCache(lifetime context.Context, next cache.NewCacheFunc, forbidden *syncinformer.Kinds) cache.NewCacheFunc {
+func newSyncNotifyingCache(lifetime context.Context, next cache.NewCacheFunc, forbidden *syncinformer.Kinds, waiting *kindSet, log logr.Logger) cache.NewCacheFunc {
 	if next == nil {
 		next = cache.New
 	}
@@ -57,7 +68,14 @@ func newSyncNotifyingCache(lifetime context.Context, next cache.NewCacheFunc, fo
 		if err != nil {
 			return nil, err
 		}
-		return &syncNotifyingCache{Cache: c, lifetime: lifetime, forbidden: forbidden}, nil
+		scheme := opts.Scheme
+		if scheme == nil {
+			scheme = clientgoscheme.Scheme // cache.New's default too
+		}
+		return &syncNotifyingCache{
+			Cache: c, lifetime: lifetime, forbidden: forbidden,
+			waiting: waiting, scheme: scheme, mapper: opts.Mapper, log: log,
+		}, nil
 	}
 }
 
@@ -221,13 +239,29 @@ func (c *syncNotifyingCache) wrap(ctx context.Context, i cache.Informer, err err
 	return tracked, nil
 }
 
+// GetInformer returns obj's informer. Called by a runnable's warm-up
+// (a waiter in ctx) for a kind the cluster does not serve, it waits for
+// the kind (see latekind.go).
 func (c *syncNotifyingCache) GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error) {
-	i, err := c.Cache.GetInformer(ctx, obj, append(opts, cache.BlockUntilSynced(false))...)
+	nb := append(slices.Clip(opts), cache.BlockUntilSynced(false))
+	get := func() (cache.Informer, error) { return c.Cache.GetInformer(ctx, obj, nb...) }
+	i, err := get()
+	if w := waiterFrom(ctx); w != nil && meta.IsNoMatchError(err) {
+		if gvk, gerr := apiutil.GVKForObject(obj, c.scheme); gerr == nil {
+			i, err = c.awaitKind(ctx, w, gvk, get, err)
+		}
+	}
 	return c.wrap(ctx, i, err, blocking(opts))
 }
 
+// GetInformerForKind is GetInformer by kind.
 func (c *syncNotifyingCache) GetInformerForKind(ctx context.Context, gvk schema.GroupVersionKind, opts ...cache.InformerGetOption) (cache.Informer, error) {
-	i, err := c.Cache.GetInformerForKind(ctx, gvk, append(opts, cache.BlockUntilSynced(false))...)
+	nb := append(slices.Clip(opts), cache.BlockUntilSynced(false))
+	get := func() (cache.Informer, error) { return c.Cache.GetInformerForKind(ctx, gvk, nb...) }
+	i, err := get()
+	if w := waiterFrom(ctx); w != nil && meta.IsNoMatchError(err) {
+		i, err = c.awaitKind(ctx, w, gvk, get, err)
+	}
 	return c.wrap(ctx, i, err, blocking(opts))
 }
 

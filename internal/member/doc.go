@@ -15,6 +15,12 @@
 // controllers and every other runnable. A runnable that reads the cache in
 // its Start never sees a cache that has not started.
 //
+// A controller that watches a kind its cluster does not serve (its CRD
+// is not installed there, or not yet) does not hold up the member: the
+// member syncs and its other controllers run, WaitingKinds names the kind,
+// and the controller starts within seconds of the kind being served, with
+// no restart.
+//
 // Calls that only the host Manager can serve (health checks, metrics
 // handlers, webhooks) return ErrHostOnly where their signature has an error
 // and are logged once per Manager where it has none.

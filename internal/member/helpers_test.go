@@ -2,6 +2,7 @@ package member
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -22,7 +24,12 @@ func TestMain(m *testing.M) {
 	ctrllog.SetLogger(logr.Discard())
 	// Reflectors facing a forbidden or hung server complain through klog.
 	klog.SetLogger(logr.Discard())
-	os.Exit(m.Run())
+	code := m.Run()
+	if err := stopAPIServer(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = max(code, 1)
+	}
+	os.Exit(code)
 }
 
 // leakCheck makes the test end with a goroutine leak check. Call it first:
@@ -68,6 +75,12 @@ func namespace(name string) *corev1.Namespace {
 // Server's members' do.
 func build(t *testing.T, s *fakeapi.Server, opts BuildOptions) *Manager {
 	t.Helper()
+	return buildOn(t, s.Config(), opts)
+}
+
+// buildOn is build for any API server.
+func buildOn(t *testing.T, cfg *rest.Config, opts BuildOptions) *Manager {
+	t.Helper()
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = logr.Discard()
 	}
@@ -76,7 +89,7 @@ func build(t *testing.T, s *fakeapi.Server, opts BuildOptions) *Manager {
 		t.Cleanup(end)
 		opts.Lifetime = lifetime
 	}
-	m, err := Build(s.Config(), opts)
+	m, err := Build(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -43,6 +44,24 @@ var (
 // DefaultGracefulShutdownTimeout is controller-runtime's default, used when
 // Options.GracefulShutdownTimeout is nil.
 const DefaultGracefulShutdownTimeout = 30 * time.Second
+
+// DefaultControllerCacheSyncTimeout is the CacheSyncTimeout of a member's
+// controllers when Options.Controller leaves it zero: no bound.
+//
+// controller-runtime's own default (2m) bounds each source's start and
+// sync, waiting for its kind included, and the controller fails its
+// Manager once it passes; here that would restart a member whose cluster
+// lacks one CRD, every controller of it, again and again. A member's
+// controllers wait for their kinds instead (see WaitingKinds), for as long
+// as the member lives. A source that cannot sync for another reason is
+// bounded by WaitForSync instead, which the Server bounds by its own
+// CacheSyncTimeout: it waits for every controller not waiting for its
+// kind. (A controller added once the member is Ready is waited for by
+// nobody: its informer retries a failing list for as long as it fails,
+// reporting each failure to the watch error handler, and the controller
+// starts when it succeeds.) A CacheSyncTimeout set in the options is
+// kept, and then also bounds the wait for a kind.
+const DefaultControllerCacheSyncTimeout = time.Duration(math.MaxInt64)
 
 // Options configures a Manager. Defaults are filled in by New, in one place.
 type Options struct {
@@ -115,9 +134,12 @@ type Manager struct {
 	elected    chan struct{}
 	warned     sync.Map // host-only calls already logged
 
+	// waiting are the kinds warm-ups wait for; written by the cache.
+	waiting *kindSet
+
 	mu      sync.Mutex
 	pending [groups][]pendingRunnable
-	synced  []chan struct{} // closed when a controller's warm-up finished
+	warmups []*warmup       // of the runnables with a warm-up
 	state   int             // 0 new, 1 running, 2 stopped
 	ctx     context.Context // runnables' context while running
 	end     context.CancelFunc
@@ -129,8 +151,32 @@ type Manager struct {
 var _ manager.Manager = &Manager{}
 
 type pendingRunnable struct {
-	r      manager.Runnable
-	synced chan struct{}
+	r  manager.Runnable
+	wu *warmup
+}
+
+// warmup follows a runnable's warm-up for WaitForSync.
+type warmup struct {
+	synced chan struct{} // closed once it finished
+	waiter *waiter       // whether a source of it waits for its kind
+}
+
+// wait returns true once the warm-up finished or one of its sources waits
+// for its kind, false if ctx ends first.
+func (w *warmup) wait(ctx context.Context) bool {
+	for {
+		waiting, changed := w.waiter.state()
+		if waiting {
+			return true
+		}
+		select {
+		case <-w.synced:
+			return true
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // New returns a Manager around cl.
@@ -144,6 +190,9 @@ func New(cl cluster.Cluster, opts Options) *Manager {
 	// none. (A controller built with warm-up off in its own options counts
 	// as synced as soon as it starts.)
 	opts.Controller.EnableWarmup = ptr.To(true)
+	if opts.Controller.CacheSyncTimeout == 0 {
+		opts.Controller.CacheSyncTimeout = DefaultControllerCacheSyncTimeout
+	}
 	elected := make(chan struct{})
 	close(elected)
 	return &Manager{
@@ -177,6 +226,7 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 		lifetime = context.Background()
 	}
 	forbidden := syncinformer.NewKinds()
+	waiting := newKindSet()
 	memberHC, mapperHC, err := httpClients(lifetime, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating HTTP client: %w", err)
@@ -201,12 +251,14 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 			}
 			next(ctx, r, err)
 		}
-		co.NewCache = newSyncNotifyingCache(lifetime, co.NewCache, forbidden)
+		co.NewCache = newSyncNotifyingCache(lifetime, co.NewCache, forbidden, waiting, opts.Logger)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating cluster: %w", err)
 	}
-	return New(cl, opts.Options), nil
+	m := New(cl, opts.Options)
+	m.waiting = waiting
+	return m, nil
 }
 
 // Add runs r: when the Manager starts, or at once if it runs already.
@@ -214,41 +266,44 @@ func (m *Manager) Add(r manager.Runnable) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch m.state {
-	case 0:
-		g := groupOf(r)
-		m.pending[g] = append(m.pending[g], pendingRunnable{r, m.trackLocked(r)})
-	case 1:
-		m.launchLocked(r, m.trackLocked(r))
+	case 0, 1:
 	default:
 		return ErrStopped
+	}
+	if m.state == 0 {
+		g := groupOf(r)
+		m.pending[g] = append(m.pending[g], pendingRunnable{r, m.trackLocked(r)})
+	} else {
+		m.launchLocked(r, m.trackLocked(r))
 	}
 	return nil
 }
 
-func (m *Manager) trackLocked(r manager.Runnable) chan struct{} {
+func (m *Manager) trackLocked(r manager.Runnable) *warmup {
 	if _, ok := r.(warmupRunnable); !ok {
 		return nil
 	}
-	ch := make(chan struct{})
-	m.synced = append(m.synced, ch)
-	return ch
+	wu := &warmup{synced: make(chan struct{}), waiter: newWaiter()}
+	m.warmups = append(m.warmups, wu)
+	return wu
 }
 
 // launchLocked starts r in its own goroutine: warm-up (if r has one), then
-// Start. Called with m.mu held while running.
-func (m *Manager) launchLocked(r manager.Runnable, synced chan struct{}) {
+// Start. Called with m.mu held while running. The warm-up's ctx carries
+// the runnable's waiter, so that its sources wait for kinds the cluster
+// does not serve yet (latekind.go); Start's does not, as it reaches
+// Reconcile.
+func (m *Manager) launchLocked(r manager.Runnable, wu *warmup) {
 	ctx := m.ctx
 	m.wg.Go(func() {
 		if w, ok := r.(warmupRunnable); ok {
-			if err := w.Warmup(ctx); err != nil {
+			if err := w.Warmup(withWaiter(ctx, wu.waiter)); err != nil {
 				if ctx.Err() == nil {
 					m.fail(fmt.Errorf("warming up %T: %w", r, err))
 				}
 				return
 			}
-			if synced != nil {
-				close(synced)
-			}
+			close(wu.synced)
 		}
 		if err := r.Start(ctx); err != nil {
 			m.fail(err)
@@ -385,7 +440,7 @@ func (m *Manager) startInOrder(ctx context.Context) {
 		batch := m.pending[g]
 		m.pending[g] = nil
 		for _, p := range batch {
-			m.launchLocked(p.r, p.synced)
+			m.launchLocked(p.r, p.wu)
 		}
 		m.mu.Unlock()
 		if g != groupCaches {
@@ -436,24 +491,31 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 func (m *Manager) Stopped() <-chan struct{} { return m.stopped }
 
 // WaitForSync reports whether the cache and every controller added before
-// Start have synced before ctx ends.
+// Start have synced before ctx ends. A controller waiting for a kind the
+// cluster does not serve (see WaitingKinds) counts as synced: it is not
+// broken, and the member's other controllers need not wait for it.
 func (m *Manager) WaitForSync(ctx context.Context) bool {
 	if !m.GetCache().WaitForCacheSync(ctx) {
 		return false
 	}
 	m.mu.Lock()
-	synced := m.synced
+	warmups := m.warmups
 	m.mu.Unlock()
-	for _, ch := range synced {
-		select {
-		case <-ch:
-		case <-ctx.Done():
+	for _, wu := range warmups {
+		if !wu.wait(ctx) {
 			return false
 		}
 	}
 	// Sync waits also end when the member stops; that is no sync.
 	return ctx.Err() == nil
 }
+
+// WaitingKinds returns, sorted, the kinds (as schema.GroupVersionKind
+// prints them: "example.com/v1, Kind=Widget") that controllers of this
+// Manager wait for because the cluster does not serve them, typically a
+// CRD not installed there. A controller starts once its kinds are served,
+// without a restart. It takes only a leaf lock: callers may hold theirs.
+func (m *Manager) WaitingKinds() []string { return m.waiting.list() }
 
 // Elected is closed from the start: members elect no leader of their own;
 // they run only while the host Manager leads.
