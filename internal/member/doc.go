@@ -19,7 +19,8 @@
 // is not installed there, or not yet) does not hold up the member: the
 // member syncs and its other controllers run, WaitingKinds names the kind,
 // and the controller starts within seconds of the kind being served, with
-// no restart.
+// no restart. Options.Reconciled observes every Reconcile of the member's
+// controllers, so that reconciles can be counted per cluster.
 //
 // Calls that only the host Manager can serve (health checks, metrics
 // handlers, webhooks) return ErrHostOnly where their signature has an error

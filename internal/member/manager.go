@@ -77,6 +77,15 @@ type Options struct {
 	// nil is the default (30s), zero does not wait, negative waits for as
 	// long as it takes.
 	GracefulShutdownTimeout *time.Duration
+	// Reconciled, when set, is called after every Reconcile of the
+	// controllers added to the Manager (those controller-runtime builds
+	// for reconcile.Request: the builder's, controller.New's; see
+	// observe.go), with the controller's name, the outcome as
+	// controller-runtime's controller_runtime_reconcile_total labels it
+	// (ResultSuccess, ResultError, ResultRequeue or ResultRequeueAfter; a
+	// panic is an error) and how long the reconciler took. Called on the
+	// reconciling goroutine: keep it quick.
+	Reconciled func(controller, result string, took time.Duration)
 }
 
 // ShutdownTimeout resolves a GracefulShutdownTimeout option: how long to
@@ -269,6 +278,9 @@ func (m *Manager) Add(r manager.Runnable) error {
 	case 0, 1:
 	default:
 		return ErrStopped
+	}
+	if m.opts.Reconciled != nil {
+		observeReconciles(r, m.opts.Reconciled)
 	}
 	if m.state == 0 {
 		g := groupOf(r)
