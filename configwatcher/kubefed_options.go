@@ -1,8 +1,6 @@
 package configwatcher
 
 import (
-	"fmt"
-	"reflect"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -63,13 +61,7 @@ func (f kubeFedOptionFunc) applyToKubeFed(o *KubeFedOptions) error {
 // (WithLogger) configure a KubeFedWatcher too. A FileOption that sets
 // anything else is refused rather than silently ignored.
 func (f FileOption) applyToKubeFed(o *KubeFedOptions) error {
-	fo := FileOptions{Logger: o.Logger}
-	f(&fo)
-	o.Logger, fo.Logger = fo.Logger, logr.Logger{}
-	if !reflect.DeepEqual(fo, FileOptions{}) {
-		return fmt.Errorf("configwatcher: NewKubeFedWatcher: a FileWatcher option other than WithLogger (%+v) does not apply", fo)
-	}
-	return nil
+	return f.applyLoggerOnly("NewKubeFedWatcher", &o.Logger)
 }
 
 // WithKubeFedNamespace sets KubeFedOptions.Namespace.
