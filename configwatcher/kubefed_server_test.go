@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/testr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	kubefedv1beta1 "github.com/mccr-dev/mccr/apis/kubefed/v1beta1"
 	"github.com/mccr-dev/mccr/configwatcher"
@@ -126,17 +124,7 @@ func (e *kubeFedEnv) testRelaxedTLSThroughServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, err := mccrserver.NewServer(e.host.Config, ctrl.Options{
-			Logger:                 testr.New(t),
-			Metrics:                metricsserver.Options{BindAddress: "0"},
-			HealthProbeBindAddress: "0",
-		})
-		if err != nil {
-			w.Stop()
-			t.Fatal(err)
-		}
-		srv.Watch(w)
-		return srv
+		return newWatchingServer(t, e.host.Config, testr.New(t), w)
 	}
 
 	// Deleted: the unjoin removes the member.
