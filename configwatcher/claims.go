@@ -98,6 +98,33 @@ func settleClaims(claims []*claim, owners map[string]string, pub *publisher, log
 	return out
 }
 
+// claimsState is what a watcher whose objects claim their clusters keeps
+// from one sync to the next. It belongs to the run goroutine.
+type claimsState struct {
+	// owners maps a published cluster name to the id of the object
+	// serving it.
+	owners map[string]string
+	// reported holds the problems reported, by object.
+	reported problemReports
+}
+
+func newClaimsState() claimsState {
+	return claimsState{owners: map[string]string{}, reported: problemReports{}}
+}
+
+// publish settles claims (see settleClaims), publishes the fleet through
+// h and reports the problems. It returns false once the watcher is
+// stopped.
+func (s *claimsState) publish(h *hostCache, claims []*claim, duplicate func(c, owner *claim) error) bool {
+	out := settleClaims(claims, s.owners, h.pub, h.log, duplicate)
+	if !h.pub.apply(out.desired, h.ctx.Done()) {
+		return false
+	}
+	s.owners = out.owners
+	s.reported.report(h.pub, out.problems)
+	return true
+}
+
 // problemReports remembers the problems a watcher has reported, by what
 // they are about, so that each is reported once.
 type problemReports map[string]string

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
+	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/internal/syncinformer"
 )
 
@@ -73,7 +74,8 @@ type hostCacheSpec struct {
 	// host does not serve.
 	noMatch error
 	// describe words a failure to watch kind (a type description, in the
-	// cache's own failures) as reported.
+	// cache's own failures) as reported. By default: "configwatcher:
+	// <what> host <host>: watching <kind>: <err>", redacted.
 	describe func(kind string, err error) error
 	// watching is logged once the cache has synced.
 	watching string
@@ -134,6 +136,11 @@ func (h *hostCache) init(hostCfg *rest.Config, spec hostCacheSpec) error {
 	hc, err := rest.HTTPClientFor(hostCfg)
 	if err != nil {
 		return fmt.Errorf("configwatcher: %s host %s: %w", spec.what, h.host, err)
+	}
+	if spec.describe == nil {
+		spec.describe = func(kind string, err error) error {
+			return fmt.Errorf("configwatcher: %s host %s: watching %s: %w", spec.what, h.host, kind, config.RedactError(err))
+		}
 	}
 	h.spec, h.log, h.http = spec, spec.log, hc
 	h.changed = make(chan struct{}, 1)
@@ -251,6 +258,20 @@ func (h *hostCache) Stop() {
 		utilnet.CloseIdleConnectionsFor(h.http.Transport)
 		h.pub.close()
 	})
+}
+
+// list lists kind (for messages: "Secrets") from the cache. A failure is
+// reported, and then listed is false; running is false once the watcher
+// is stopped.
+func (h *hostCache) list(kind string, list client.ObjectList, opts ...client.ListOption) (listed, running bool) {
+	if err := h.cache.List(h.ctx, list, opts...); err != nil {
+		if h.ctx.Err() != nil {
+			return false, false
+		}
+		h.pub.report(fmt.Errorf("configwatcher: %s host %s: listing %s: %w", h.spec.what, h.host, kind, err))
+		return false, true
+	}
+	return true, true
 }
 
 func (h *hostCache) poke() {

@@ -20,12 +20,8 @@ import (
 // once the watcher is stopped.
 func (w *KubeFedWatcher) sync() (time.Time, bool) {
 	var list kubefedv1beta1.KubeFedClusterList
-	if err := w.cache.List(w.ctx, &list, client.InNamespace(w.opts.Namespace)); err != nil {
-		if w.ctx.Err() != nil {
-			return time.Time{}, false
-		}
-		w.pub.report(fmt.Errorf("configwatcher: KubeFed host %s: listing KubeFedClusters: %w", w.host, err))
-		return time.Time{}, true
+	if listed, running := w.list("KubeFedClusters", &list, client.InNamespace(w.opts.Namespace)); !listed {
+		return time.Time{}, running
 	}
 	desired := make(map[string]*config.NamedConfig, len(list.Items))
 	problems := map[string]error{}

@@ -84,13 +84,11 @@ type SecretWatcher struct {
 
 	// The fields below belong to the run goroutine.
 
-	// owners maps a published cluster name to the Secret serving it, and
-	// claims a Secret to the cluster name it last claimed, so that a
-	// Secret whose name key breaks still keeps its cluster.
-	owners map[string]string
-	claims map[string]string
-	// reported holds the problems reported, by Secret.
-	reported problemReports
+	// claimed holds which Secret serves each cluster and the problems
+	// reported; claims maps a Secret to the cluster name it last claimed,
+	// so that a Secret whose name key breaks still keeps its cluster.
+	claimed claimsState
+	claims  map[string]string
 }
 
 var _ ConfigWatcher = (*SecretWatcher)(nil)
@@ -119,10 +117,9 @@ func NewSecretWatcher(hostCfg *rest.Config, opts ...SecretOption) (*SecretWatche
 		namespaces = map[string]cache.Config{o.Namespace: {}}
 	}
 	w := &SecretWatcher{
-		opts:     o,
-		owners:   map[string]string{},
-		claims:   map[string]string{},
-		reported: problemReports{},
+		opts:    o,
+		claimed: newClaimsState(),
+		claims:  map[string]string{},
 	}
 	if err := w.init(hostCfg, hostCacheSpec{
 		what:       "Secret",
@@ -133,13 +130,8 @@ func NewSecretWatcher(hostCfg *rest.Config, opts ...SecretOption) (*SecretWatche
 		selector:   selector,
 		transform:  w.transform,
 		watched:    []hostWatched{{kind: "Secrets", obj: &corev1.Secret{}}},
-		describe: func(kind string, err error) error {
-			return fmt.Errorf("configwatcher: Secret host %s: watching %s: %w", w.host, kind, config.RedactError(err))
-		},
-		watching: "watching cluster Secrets",
-		sync: func() (time.Time, bool) {
-			return time.Time{}, w.sync()
-		},
+		watching:   "watching cluster Secrets",
+		sync:       w.sync,
 	}); err != nil {
 		return nil, err
 	}
@@ -148,21 +140,17 @@ func NewSecretWatcher(hostCfg *rest.Config, opts ...SecretOption) (*SecretWatche
 }
 
 // sync works out the fleet from the cache and publishes it. It returns
-// false once the watcher is stopped.
-func (w *SecretWatcher) sync() bool {
+// false once the watcher is stopped; it never asks to be called again
+// without a change.
+func (w *SecretWatcher) sync() (time.Time, bool) {
 	var list corev1.SecretList
 	var opts []client.ListOption
 	if !w.opts.AllNamespaces {
 		opts = append(opts, client.InNamespace(w.opts.Namespace))
 	}
-	if err := w.cache.List(w.ctx, &list, opts...); err != nil {
-		if w.ctx.Err() != nil {
-			return false
-		}
-		w.pub.report(fmt.Errorf("configwatcher: Secret host %s: listing Secrets: %w", w.host, err))
-		return true
+	if listed, running := w.list("Secrets", &list, opts...); !listed {
+		return time.Time{}, running
 	}
-
 	claims := make([]*claim, 0, len(list.Items))
 	for i := range list.Items {
 		c := w.claim(&list.Items[i])
@@ -171,21 +159,18 @@ func (w *SecretWatcher) sync() bool {
 		}
 		claims = append(claims, c)
 	}
-	out := settleClaims(claims, w.owners, w.pub, w.log, func(c, owner *claim) error {
+	if !w.claimed.publish(&w.hostCache, claims, func(c, owner *claim) error {
 		return fmt.Errorf("configwatcher: Secret %s: cluster %q: %w (Secret %s keeps it)", c.ref, c.name, ErrSecretDuplicateCluster, owner.ref)
-	})
-	if !w.pub.apply(out.desired, w.ctx.Done()) {
-		return false
+	}) {
+		return time.Time{}, false
 	}
-	w.owners = out.owners
 	clear(w.claims)
 	for _, c := range claims {
 		if c.name != "" {
 			w.claims[c.ref] = c.name
 		}
 	}
-	w.reported.report(w.pub, out.problems)
-	return true
+	return time.Time{}, true
 }
 
 // claim reads one Secret in the watcher's format.
