@@ -13,6 +13,11 @@
 //     ArgoCDFormat, of Argo CD, so that a fleet registered for either works
 //     as it is. A Secret's credentials must be inline (no file paths), and
 //     those that run programs need AllowAuthPlugins.
+//   - ClusterAPIWatcher watches the Cluster objects of a Cluster API
+//     management cluster (v1beta2, or v1beta1 where only that is served)
+//     and adds each workload cluster once its control plane is initialized,
+//     reached with the kubeconfig Secret Cluster API writes for it and
+//     named "<namespace>/<name>".
 //
 // The files of a watched directory are untrusted input: whoever can write
 // the directory must not be able to make the controller read files outside
