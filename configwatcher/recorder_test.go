@@ -15,6 +15,29 @@ type recorder struct {
 	errs []error
 }
 
+// startRecorder starts a watcher of a host cluster with start, checks that
+// it did not wait for the host, and stops it when the test ends.
+func startRecorder(t *testing.T, start func() (configwatcher.ConfigWatcher, error)) *recorder {
+	t.Helper()
+	begin := time.Now()
+	w, err := start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(begin); d > 2*time.Second {
+		t.Errorf("starting the watcher took %s: it should not wait for the host", d)
+	}
+	t.Cleanup(w.Stop)
+	return &recorder{t: t, w: w}
+}
+
+// settled checks that nothing more comes for kfQuiet, errors included.
+func (r *recorder) settled() {
+	r.t.Helper()
+	r.quiet(kfQuiet)
+	r.noErrors()
+}
+
 // event waits for the next event and checks it. Errors seen meanwhile are
 // kept for noErrors.
 func (r *recorder) event(typ configwatcher.EventType, name string) configwatcher.Event {

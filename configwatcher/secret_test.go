@@ -38,21 +38,7 @@ type secretEnv struct {
 func TestSecretWatcher(t *testing.T) {
 	// Registered first, so it runs last: after the fleet has stopped.
 	t.Cleanup(func() { goleak.VerifyNone(t) })
-	f := test.NewFleet(t, test.Options{}, "sec-host", "sec-member")
-	env := &secretEnv{host: f.Cluster("sec-host"), member: f.Cluster("sec-member")}
-	var err error
-	if env.hostClient, err = client.New(env.host.Config, client.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	if env.token, err = test.ServiceAccountToken(t.Context(), env.member.Config, "mccr-system", "sec-host"); err != nil {
-		t.Fatal(err)
-	}
-	if env.rotated, err = test.ServiceAccountToken(t.Context(), env.member.Config, "mccr-system", "sec-host"); err != nil {
-		t.Fatal(err)
-	}
-	if env.token == env.rotated {
-		t.Fatal("two token requests returned the same token")
-	}
+	env := newSecretEnv(t, "sec-host", "sec-member")
 
 	t.Run("Kubeconfig", env.testKubeconfig)
 	t.Run("ArgoCD", env.testArgoCD)
@@ -60,6 +46,32 @@ func TestSecretWatcher(t *testing.T) {
 	t.Run("DuplicateName", env.testDuplicate)
 	t.Run("OtherNamespacesAndLabelsIgnored", env.testIgnored)
 }
+
+// newSecretEnv starts a fleet of two API servers, a host and a member, and
+// mints the member's two tokens.
+func newSecretEnv(t *testing.T, host, member string) *secretEnv {
+	t.Helper()
+	f := test.NewFleet(t, test.Options{}, host, member)
+	env := &secretEnv{host: f.Cluster(host), member: f.Cluster(member)}
+	var err error
+	if env.hostClient, err = client.New(env.host.Config, client.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if env.token, err = test.ServiceAccountToken(t.Context(), env.member.Config, "mccr-system", memberAccount); err != nil {
+		t.Fatal(err)
+	}
+	if env.rotated, err = test.ServiceAccountToken(t.Context(), env.member.Config, "mccr-system", memberAccount); err != nil {
+		t.Fatal(err)
+	}
+	if env.token == env.rotated {
+		t.Fatal("two token requests returned the same token")
+	}
+	return env
+}
+
+// memberAccount is the ServiceAccount of the member (in mccr-system) the
+// tokens belong to.
+const memberAccount = "sec-host"
 
 func (e *secretEnv) watch(t *testing.T, opts ...configwatcher.SecretOption) *recorder {
 	t.Helper()
@@ -141,7 +153,7 @@ func (e *secretEnv) reachesMember(t *testing.T, nc *config.NamedConfig, token st
 		t.Fatal(err)
 	}
 	var sa corev1.ServiceAccount
-	if err := c.Get(t.Context(), client.ObjectKey{Namespace: "mccr-system", Name: "sec-host"}, &sa); err != nil {
+	if err := c.Get(t.Context(), client.ObjectKey{Namespace: "mccr-system", Name: memberAccount}, &sa); err != nil {
 		t.Fatalf("reading the member with the published config: %v", err)
 	}
 }
