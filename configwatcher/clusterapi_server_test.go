@@ -14,7 +14,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/mccr-dev/mccr/configwatcher"
@@ -120,20 +119,11 @@ func (e *clusterAPIEnv) testServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := mccrserver.NewServer(e.host.Config, ctrl.Options{
-		Logger:                 log,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
-	if err != nil {
-		w.Stop()
-		t.Fatal(err)
-	}
+	srv := newWatchingServer(t, e.host.Config, log, w)
 	rec := &slashReconciler{client: srv.GetClient(), reached: map[string]bool{}}
 	srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
 		return ctrl.NewControllerManagedBy(mgr).Named("capi-slash").For(&corev1.Namespace{}).Complete(rec)
 	})
-	srv.Watch(w)
 	stop := test.Run(t, srv)
 
 	cl, _ := e.join(t, ns, "wl", e.token)
