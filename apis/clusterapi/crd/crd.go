@@ -16,7 +16,8 @@ import (
 	"fmt"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"sigs.k8s.io/yaml"
+
+	"github.com/mccr-dev/mccr/internal/crdfile"
 )
 
 // ClusterFile is the name of Cluster's manifest in FS.
@@ -30,15 +31,7 @@ var FS embed.FS
 // Cluster returns a new copy of the Cluster CRD, serving v1beta2 (stored)
 // and v1beta1.
 func Cluster() (*apiextensionsv1.CustomResourceDefinition, error) {
-	raw, err := FS.ReadFile(ClusterFile)
-	if err != nil {
-		return nil, err
-	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.UnmarshalStrict(raw, crd); err != nil {
-		return nil, fmt.Errorf("crd: %s: %w", ClusterFile, err)
-	}
-	return crd, nil
+	return crdfile.Read(FS, ClusterFile)
 }
 
 // ClusterV1Beta1 returns a new copy of the Cluster CRD as management

@@ -11,10 +11,10 @@ package crd
 
 import (
 	"embed"
-	"fmt"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"sigs.k8s.io/yaml"
+
+	"github.com/mccr-dev/mccr/internal/crdfile"
 )
 
 // ClusterProfileFile is the name of ClusterProfile's manifest in FS.
@@ -27,13 +27,5 @@ var FS embed.FS
 
 // ClusterProfile returns a new copy of the ClusterProfile CRD.
 func ClusterProfile() (*apiextensionsv1.CustomResourceDefinition, error) {
-	raw, err := FS.ReadFile(ClusterProfileFile)
-	if err != nil {
-		return nil, err
-	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.UnmarshalStrict(raw, crd); err != nil {
-		return nil, fmt.Errorf("crd: %s: %w", ClusterProfileFile, err)
-	}
-	return crd, nil
+	return crdfile.Read(FS, ClusterProfileFile)
 }

@@ -9,10 +9,10 @@ package crd
 
 import (
 	"embed"
-	"fmt"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"sigs.k8s.io/yaml"
+
+	"github.com/mccr-dev/mccr/internal/crdfile"
 )
 
 // KubeFedClusterFile is the name of KubeFedCluster's manifest in FS.
@@ -25,13 +25,5 @@ var FS embed.FS
 
 // KubeFedCluster returns a new copy of the KubeFedCluster CRD.
 func KubeFedCluster() (*apiextensionsv1.CustomResourceDefinition, error) {
-	raw, err := FS.ReadFile(KubeFedClusterFile)
-	if err != nil {
-		return nil, err
-	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.UnmarshalStrict(raw, crd); err != nil {
-		return nil, fmt.Errorf("crd: %s: %w", KubeFedClusterFile, err)
-	}
-	return crd, nil
+	return crdfile.Read(FS, KubeFedClusterFile)
 }
