@@ -118,13 +118,8 @@ func (o *ClusterAPIOptions) applyDefaults() {
 // defaults.
 func newClusterAPIOptions(opts []ClusterAPIOption) (ClusterAPIOptions, error) {
 	o := ClusterAPIOptions{}
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt.applyToClusterAPI(&o); err != nil {
-			return o, err
-		}
+	if err := applyOptions(&o, opts, ClusterAPIOption.applyToClusterAPI); err != nil {
+		return o, err
 	}
 	if slices.Contains(o.Namespaces, "") {
 		return o, fmt.Errorf("configwatcher: NewClusterAPIWatcher: an empty namespace in %q (leave Namespaces empty to watch them all)", o.Namespaces)

@@ -102,13 +102,8 @@ func (o *KubeFedOptions) applyDefaults() {
 // defaults.
 func newKubeFedOptions(opts []KubeFedOption) (KubeFedOptions, error) {
 	o := KubeFedOptions{}
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt.applyToKubeFed(&o); err != nil {
-			return o, err
-		}
+	if err := applyOptions(&o, opts, KubeFedOption.applyToKubeFed); err != nil {
+		return o, err
 	}
 	o.applyDefaults()
 	return o, nil

@@ -196,13 +196,8 @@ func (o *SecretOptions) applyDefaults() {
 // defaults.
 func newSecretOptions(opts []SecretOption) (SecretOptions, error) {
 	o := SecretOptions{}
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt.applyToSecret(&o); err != nil {
-			return o, err
-		}
+	if err := applyOptions(&o, opts, SecretOption.applyToSecret); err != nil {
+		return o, err
 	}
 	switch o.Format {
 	case MulticlusterRuntimeFormat, ArgoCDSecretFormat:
