@@ -18,6 +18,11 @@
 //     and adds each workload cluster once its control plane is initialized,
 //     reached with the kubeconfig Secret Cluster API writes for it and
 //     named "<namespace>/<name>".
+//   - ClusterProfileWatcher watches the ClusterProfiles of a Cluster
+//     Inventory (KEP-4322) and adds each cluster once its cluster manager
+//     reports it healthy, named "<namespace>/<name>", with the profile's
+//     properties, and reached through the exec plugin that the operator's
+//     access-providers file names for one of its access providers.
 //
 // The files of a watched directory are untrusted input: whoever can write
 // the directory must not be able to make the controller read files outside
@@ -28,6 +33,6 @@
 //
 // Server.Watch applies a watcher's events to a Server; a hand-written loop
 // over Events and Errors, as older multi-cluster libraries required, works
-// too. Any other source (a cluster inventory API, a database) fits behind the
-// same small interface.
+// too. Any other source (a database, say) fits behind the same small
+// interface.
 package configwatcher
