@@ -153,13 +153,8 @@ func (o *ClusterProfileOptions) applyDefaults() {
 // defaults.
 func newClusterProfileOptions(opts []ClusterProfileOption) (ClusterProfileOptions, error) {
 	o := ClusterProfileOptions{}
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt.applyToClusterProfile(&o); err != nil {
-			return o, err
-		}
+	if err := applyOptions(&o, opts, ClusterProfileOption.applyToClusterProfile); err != nil {
+		return o, err
 	}
 	if o.ProvidersFile != "" {
 		fromFile, err := LoadAccessProviders(o.ProvidersFile)
