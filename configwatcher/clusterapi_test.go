@@ -224,6 +224,13 @@ func (e *clusterAPIEnv) testBadInput(t *testing.T) {
 	cluster("nosecret")
 	r.err(configwatcher.ErrClusterAPISecretNotFound, named("nosecret")...)
 
+	// Only Secrets with Cluster API's label are read.
+	unlabelled := kubeconfigSecret(ns, "unlabelled", map[string][]byte{"value": e.kubeconfigFor(t, e.token)})
+	unlabelled.Labels = nil
+	create(t, e.hostClient, unlabelled)
+	cluster("unlabelled")
+	r.err(configwatcher.ErrClusterAPISecretNotFound, append(named("unlabelled"), configwatcher.ClusterAPIClusterNameLabel)...)
+
 	secret("nokey", map[string][]byte{"kubeconfig": e.kubeconfigFor(t, e.token)})
 	cluster("nokey")
 	r.err(configwatcher.ErrSecretInvalid, append(named("nokey"), `"value"`)...)
