@@ -139,6 +139,7 @@ func (c *cluster) remove() (<-chan struct{}, error) {
 		return nil, err
 	}
 	c.desired, c.fp = nil, fingerprints{}
+	c.env.feed.publish(memberState{name: c.name, left: true})
 	if c.gen == nil {
 		c.retireLocked()
 		return nil, nil
@@ -234,6 +235,9 @@ func (c *cluster) snapshot() (ClusterStatus, bool) {
 	defer c.mu.Unlock()
 	st := c.status
 	st.Properties = maps.Clone(st.Properties)
+	if m, ok := c.mgr.(interface{ WaitingKinds() []string }); ok {
+		st.WaitingFor = m.WaitingKinds()
+	}
 	return st, c.desired != nil
 }
 
@@ -254,13 +258,21 @@ func (c *cluster) setPhaseLocked(g *generation, p Phase, err error) {
 	if c.gen != nil && c.gen.stopping() && p != PhaseStopping && p != PhaseStopped {
 		return // a generation winding down says nothing new
 	}
-	if c.status.Phase != p {
+	changed := c.status.Phase != p
+	if changed {
 		c.status.Phase, c.status.Since = p, time.Now()
 	}
 	if err != nil {
 		c.status.LastError = config.RedactError(err)
 	}
 	c.series.ready(p == PhaseReady)
+	if changed {
+		st := memberState{name: c.name, phase: p, err: c.status.LastError}
+		if p == PhaseReady || p == PhaseUnreachable {
+			st.mgr = c.mgr
+		}
+		c.env.feed.publish(st)
+	}
 }
 
 // route points the fan-out client at cl (nil: no running Manager) for
@@ -285,8 +297,8 @@ func (c *cluster) ready(g *generation, mgr manager.Manager, took time.Duration) 
 	}
 	c.status.LastError, c.status.NextRetry = nil, time.Time{}
 	c.status.TimeToReady = took
+	c.mgr = mgr // before the phase: the feed tells Ready with the Manager
 	c.setPhaseLocked(g, PhaseReady, nil)
-	c.mgr = mgr
 	c.env.routes.Set(c.name, mgr.GetClient(), true)
 	c.series.timeToReady(took)
 }

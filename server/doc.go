@@ -95,9 +95,30 @@
 // next retry, failures and restarts. The same appears on the host metrics
 // endpoint as mccr_cluster_ready, mccr_cluster_time_to_ready_seconds,
 // mccr_cluster_failures_total and mccr_cluster_restarts_total, each with a
-// cluster label; the counters exist at zero from Add on, and every series
-// of a cluster goes when it is deleted. controller-runtime's own controller metrics have no
-// cluster label: the same controller in every member adds to one series.
+// cluster label; the counters exist at zero from Add on. controller-runtime's
+// own controller metrics have no cluster label (the same controller in every
+// member adds to one series), so every Reconcile of a member's controller is
+// also counted per cluster: mccr_reconcile_total{cluster,controller,result},
+// mccr_reconcile_errors_total and the mccr_reconcile_time_seconds
+// histogram. Every series of a cluster goes when it is deleted.
+//
+// A member whose controllers watch a kind its API server does not serve yet
+// (a CRD not installed there) is Ready all the same: its other controllers
+// run, Status.WaitingFor names the kind, and the waiting controller starts
+// within seconds of the CRD being installed, without a restart.
+// ClusterStatus.Properties, and ClusterProperties from a reconciler's ctx,
+// give what the cluster's source says about it (a ClusterProfile's
+// properties, for example).
+//
+// # Controllers that span clusters
+//
+// Three sources connect the host and the members. FleetKind gives a
+// controller on the host Manager the events of one kind from every member,
+// the member named in the handler's ctx. HostKind gives a member's
+// controller the events of a host kind, so that a host object enqueues work
+// in each member. ClusterEvents tells a host controller when a member
+// becomes Ready, Unreachable or Failed, or leaves the fleet. Each follows
+// the fleet as it changes and leaves nothing behind of a member that left.
 //
 // The host's readyz and healthz checks are the user's own; the Server adds
 // none, so one member down never turns the host unready. Add

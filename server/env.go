@@ -12,12 +12,14 @@ import (
 )
 
 // env is what a generation needs from the Server, and no more: the
-// connection pool, the routing table its cluster record writes, the
+// connection pool, the routing table and the fleet feed its cluster record
+// writes, the
 // reconciler setups (an append-only snapshot) and the options. Nothing in
 // it calls back into the Server.
 type env struct {
 	conns      *conntrack.Pool
 	routes     *router.Table
+	feed       *fleetFeed
 	setups     *setupList
 	memberOpts ctrl.Options
 	opts       Options

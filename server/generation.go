@@ -276,6 +276,7 @@ func (g *generation) build(lease *conntrack.Lease, end *stopper) (*membermgr.Man
 				return known.WithCluster(logr.NewContext(context.Background(), log), name)
 			},
 			GracefulShutdownTimeout: o.GracefulShutdownTimeout,
+			Reconciled:              g.c.series.reconciled,
 		},
 		Cluster: func(co *crcluster.Options) {
 			co.Scheme = o.Scheme

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -161,7 +160,7 @@ type electingServer struct {
 func startElectingServer(t *testing.T, id, ns, leaseName string, w *overlapWitness) *electingServer {
 	t.Helper()
 	o := ctrl.Options{
-		Logger:                        testr.NewWithInterface(t, testr.Options{Verbosity: 0}).WithValues("server", id),
+		Logger:                        test.Logger(t).WithValues("server", id),
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
 		Cache:                         cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},

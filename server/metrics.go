@@ -6,37 +6,59 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	membermgr "github.com/mccr-dev/mccr/internal/member"
 )
 
 // The Server's per-cluster metrics are served on the host Manager's metrics
 // endpoint (controller-runtime's registry), each with a cluster label.
 // controller-runtime's own controller metrics (reconcile counts, queue
 // depth) carry only the controller name: the same controller in every
-// member adds to the same series.
+// member adds to the same series. The mccr_reconcile_ series count the
+// same reconciles per cluster; controller-runtime's stay as they are.
+// clusterLabelName is the label naming the member cluster of a series.
+const clusterLabelName = "cluster"
+
 var (
 	clusterReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "mccr_cluster_ready",
 		Help: "1 while the member cluster is Ready (caches synced, reconciling), else 0.",
-	}, []string{"cluster"})
+	}, []string{clusterLabelName})
 	clusterTimeToReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "mccr_cluster_time_to_ready_seconds",
 		Help: "How long the member cluster's last successful start took, to synced caches.",
-	}, []string{"cluster"})
+	}, []string{clusterLabelName})
 	clusterFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mccr_cluster_failures_total",
 		Help: "Failed starts and credential losses of the member cluster.",
-	}, []string{"cluster"})
+	}, []string{clusterLabelName})
 	clusterRestarts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mccr_cluster_restarts_total",
 		Help: "Starts of the member cluster's Manager after its first one.",
-	}, []string{"cluster"})
+	}, []string{clusterLabelName})
+
+	reconcileTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mccr_reconcile_total",
+		Help: "Reconciles of a member cluster's controller, by result (success, error, requeue, requeue_after).",
+	}, []string{clusterLabelName, "controller", "result"})
+	reconcileErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mccr_reconcile_errors_total",
+		Help: "Reconciles of a member cluster's controller that returned an error.",
+	}, []string{clusterLabelName, "controller"})
+	// Few buckets: the series count is clusters × controllers × buckets.
+	reconcileTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "mccr_reconcile_time_seconds",
+		Help:    "How long Reconcile of a member cluster's controller took.",
+		Buckets: []float64{0.005, 0.025, 0.1, 0.25, 1, 2.5, 10, 60},
+	}, []string{clusterLabelName, "controller"})
 
 	registerOnce sync.Once
 )
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		metrics.Registry.MustRegister(clusterReady, clusterTimeToReady, clusterFailures, clusterRestarts)
+		metrics.Registry.MustRegister(clusterReady, clusterTimeToReady, clusterFailures, clusterRestarts,
+			reconcileTotal, reconcileErrors, reconcileTime)
 	})
 }
 
@@ -69,9 +91,24 @@ func (s clusterSeries) timeToReady(d time.Duration) {
 func (s clusterSeries) failure() { clusterFailures.WithLabelValues(s.name).Inc() }
 func (s clusterSeries) restart() { clusterRestarts.WithLabelValues(s.name).Inc() }
 
+// reconciled counts one Reconcile of a member's controller. Its generation
+// calls it without the cluster's lock: reconciles end before the
+// generation's Manager has stopped, and forget comes after that.
+func (s clusterSeries) reconciled(controller, result string, took time.Duration) {
+	reconcileTotal.WithLabelValues(s.name, controller, result).Inc()
+	if result == membermgr.ResultError {
+		reconcileErrors.WithLabelValues(s.name, controller).Inc()
+	}
+	reconcileTime.WithLabelValues(s.name, controller).Observe(took.Seconds())
+}
+
 func (s clusterSeries) forget() {
 	clusterReady.DeleteLabelValues(s.name)
 	clusterTimeToReady.DeleteLabelValues(s.name)
 	clusterFailures.DeleteLabelValues(s.name)
 	clusterRestarts.DeleteLabelValues(s.name)
+	byCluster := prometheus.Labels{clusterLabelName: s.name}
+	reconcileTotal.DeletePartialMatch(byCluster)
+	reconcileErrors.DeletePartialMatch(byCluster)
+	reconcileTime.DeletePartialMatch(byCluster)
 }

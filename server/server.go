@@ -58,8 +58,11 @@ type Server struct {
 	client      *mcclient.Client
 	// conns shares connections among members (and the host) that reach the
 	// same API server, and closes them when the last one stops.
-	conns    conntrack.Pool
-	routes   router.Table
+	conns  conntrack.Pool
+	routes router.Table
+	// feed tells the fleet sources (FleetKind, ClusterEvents) of members'
+	// phases.
+	feed     fleetFeed
 	setups   setupList
 	clusters registry
 
@@ -101,7 +104,7 @@ func NewServer(cfg *rest.Config, opts ctrl.Options, options ...Option) (*Server,
 	registerMetrics()
 	s.host, s.releaseHost = host, lease.Release
 	s.log = opts.Logger.WithName("mccr")
-	s.env = env{conns: &s.conns, routes: &s.routes, setups: &s.setups, memberOpts: memberOptions(opts), opts: o, log: s.log}
+	s.env = env{conns: &s.conns, routes: &s.routes, feed: &s.feed, setups: &s.setups, memberOpts: memberOptions(opts), opts: o, log: s.log}
 	s.client = mcclient.New(&s.routes, mcclient.Options{Scheme: host.GetScheme(), RESTMapper: host.GetRESTMapper()})
 	if err := host.Add(fleetRunnable{s}); err != nil {
 		return nil, fmt.Errorf("server: %w", err)

@@ -63,4 +63,10 @@ type ClusterStatus struct {
 	// TimeToReady is how long the last successful start took, from the
 	// reachability check to synced caches.
 	TimeToReady time.Duration
+	// WaitingFor lists the kinds ("example.com/v1, Kind=Widget") that
+	// controllers of the running member watch but its API server does not
+	// serve yet (a CRD not installed there). The member is Ready and its
+	// other controllers run; each waiting controller starts within seconds
+	// of its kind being served, without a restart.
+	WaitingFor []string
 }

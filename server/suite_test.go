@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -130,7 +129,7 @@ type running struct {
 func startServer(t testing.TB, ns string, mutate func(*ctrl.Options), opts ...server.Option) *running {
 	t.Helper()
 	o := ctrl.Options{
-		Logger:                 testr.NewWithInterface(t, testr.Options{Verbosity: 0}),
+		Logger:                 test.Logger(t),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
