@@ -1,9 +1,11 @@
 package config
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/url"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -19,7 +21,27 @@ func execFields(e *clientcmdapi.ExecConfig) any {
 		Env                 []clientcmdapi.ExecEnvVar
 		ProvideClusterInfo  bool
 		InteractiveMode     clientcmdapi.ExecInteractiveMode
-	}{e.Command, e.APIVersion, e.Args, e.Env, e.ProvideClusterInfo, e.InteractiveMode}
+		// ClusterInfo is the cluster's exec extension, which the plugin
+		// gets with the cluster (KUBERNETES_EXEC_INFO): a change to it
+		// alone changes what the plugin is asked for.
+		ClusterInfo string
+	}{e.Command, e.APIVersion, e.Args, e.Env, e.ProvideClusterInfo, e.InteractiveMode, execClusterInfo(e.Config)}
+}
+
+// execClusterInfo is the content of an exec extension, as it would be
+// handed to the plugin.
+func execClusterInfo(o runtime.Object) string {
+	if o == nil {
+		return ""
+	}
+	if u, ok := o.(*runtime.Unknown); ok {
+		return string(u.Raw)
+	}
+	b, err := json.Marshal(o)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return string(b)
 }
 
 // proxyFor asks cfg.Proxy which proxy it would use for the cluster's host.

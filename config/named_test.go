@@ -7,7 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 func loadOne(t *testing.T, path string) *NamedConfig {
@@ -142,5 +144,24 @@ func TestPropertiesCountInFingerprintOnly(t *testing.T) {
 	rotated := &NamedConfig{Name: "a", Config: &rest.Config{Host: cfg.Host, BearerToken: "rotated"}, Properties: with.Properties}
 	if rotated.ReachFingerprint() == with.ReachFingerprint() {
 		t.Error("a rotated token left ReachFingerprint alone")
+	}
+}
+
+func TestFingerprintCoversExecClusterInfo(t *testing.T) {
+	withInfo := func(raw string) *NamedConfig {
+		cfg := &rest.Config{Host: "https://127.0.0.1:6443", ExecProvider: &clientcmdapi.ExecConfig{
+			Command: "plugin", APIVersion: "client.authentication.k8s.io/v1", ProvideClusterInfo: true,
+		}}
+		if raw != "" {
+			cfg.ExecProvider.Config = &runtime.Unknown{Raw: []byte(raw)}
+		}
+		return NewNamedConfig("a", cfg)
+	}
+	none, one, other, again := withInfo(""), withInfo(`{"audience":"a"}`), withInfo(`{"audience":"b"}`), withInfo(`{"audience":"a"}`)
+	if none.Fingerprint() == one.Fingerprint() || one.Fingerprint() == other.Fingerprint() {
+		t.Error("a change of the exec extension left the fingerprint alone")
+	}
+	if one.Fingerprint() != again.Fingerprint() {
+		t.Error("the same exec extension gave two fingerprints")
 	}
 }
