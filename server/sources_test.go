@@ -97,7 +97,7 @@ func (h *hostReconciles) has(name string) bool {
 
 // newServer is startServer without the start: for tests that register host
 // controllers first.
-func newServer(t *testing.T, ns string) *server.Server {
+func newServer(t testing.TB, ns string) *server.Server {
 	t.Helper()
 	srv, err := server.NewServer(fleet.Cluster("host").Config, ctrl.Options{
 		Logger:                 test.Logger(t),
