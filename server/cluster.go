@@ -14,14 +14,16 @@ import (
 	"github.com/mccr-dev/mccr/config"
 )
 
-// Locking. Three kinds of lock exist, always taken in this order and never
-// held across anything that can wait:
+// Locking. These locks exist, always taken in this order and never held
+// across anything that can wait:
 //
+//  0. nameClaims.mu: which watcher feeds each name. Watch applies its
+//     decisions (Add, Update, Delete, none of which waits) under it.
 //  1. cluster.mu, one per cluster name: its desired config, its live
 //     generation, its status, route and metric series.
 //  2. run.mu: whether the fleet may start generations now.
-//  3. registry.mu (the Server's lock) and the router's lock: leaves. Nothing
-//     is called while one of them is held.
+//  3. registry.mu (the Server's lock), the router's lock and the fleet
+//     feed's lock: leaves. Nothing is called while one of them is held.
 //
 // No user code (reconciler setups, IndexField, discovery, anything that may
 // touch the network) runs under any of them: generations run setups in

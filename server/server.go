@@ -65,12 +65,16 @@ type Server struct {
 	feed     fleetFeed
 	setups   setupList
 	clusters registry
+	// claims decides which watcher feeds each name; its lock comes before
+	// any cluster's (see cluster.go).
+	claims nameClaims
 
 	mu       sync.Mutex // a leaf: see the locking notes in cluster.go
 	run      *run       // set while the host Manager leads
 	started  bool
 	stopped  bool
 	watchers []configwatcher.ConfigWatcher
+	watchSeq int // numbers the watchers, for claims
 	werrs    watchErrors
 	watchWG  sync.WaitGroup
 	runs     sync.WaitGroup // the fleet runnable

@@ -21,21 +21,27 @@ import (
 // stopped, as with Update and Delete. An Added event for
 // a known name with a different config is applied as an Update, an Updated
 // event for an unknown name as an Add, and a Deleted event for an unknown
-// name is ignored, so a watcher and the Server never drift apart. Errors from
+// name is ignored, so a watcher and the Server never drift apart. A name is
+// fed by the first watcher that sends it: another watcher's event for it is
+// an ErrClusterNameTaken error naming both sources (the cluster keeps its
+// config), and that watcher's config takes over only if the first watcher
+// deletes the cluster. Errors from
 // the watcher, and errors applying its events, are logged and kept: see
 // WatchErrors.
 func (s *Server) Watch(w configwatcher.ConfigWatcher) {
 	s.mu.Lock()
 	s.watchers = append(s.watchers, w)
+	from := s.watchSeq
+	s.watchSeq++
 	stopped := s.stopped
 	s.mu.Unlock()
 	if stopped {
 		w.Stop()
 	}
-	s.watchWG.Go(func() { s.applyEvents(w) })
+	s.watchWG.Go(func() { s.applyEvents(from, w) })
 }
 
-func (s *Server) applyEvents(w configwatcher.ConfigWatcher) {
+func (s *Server) applyEvents(from int, w configwatcher.ConfigWatcher) {
 	events, errs := w.Events(), w.Errors()
 	for events != nil || errs != nil {
 		select {
@@ -44,7 +50,7 @@ func (s *Server) applyEvents(w configwatcher.ConfigWatcher) {
 				events = nil
 				continue
 			}
-			if err := s.apply(ev); err != nil {
+			if err := s.apply(from, ev); err != nil {
 				s.watchError(err)
 			}
 		case err, ok := <-errs:
@@ -57,34 +63,34 @@ func (s *Server) applyEvents(w configwatcher.ConfigWatcher) {
 	}
 }
 
-func (s *Server) apply(ev configwatcher.Event) error {
+func (s *Server) apply(from int, ev configwatcher.Event) error {
 	if ev.Config == nil {
 		return errors.New("watcher sent an event without a config")
 	}
-	switch ev.Type {
-	case configwatcher.Added:
-		err := s.Add(ev.Config)
-		if errors.Is(err, ErrClusterExists) {
-			_, err = s.update(ev.Config)
-		}
-		return err
-	case configwatcher.Updated:
-		if err := validate(ev.Config); err != nil {
-			return err
-		}
-		_, err := s.update(ev.Config)
-		if errors.Is(err, ErrClusterNotFound) {
-			return s.Add(ev.Config)
-		}
-		return err
-	case configwatcher.Deleted:
-		_, err := s.remove(ev.Config.Name)
-		if errors.Is(err, ErrClusterNotFound) {
-			return nil
-		}
+	return s.claims.apply(s, from, ev)
+}
+
+// put makes cfg the cluster's config: Add for a new name, Update for a
+// known one. It never waits for a Manager to stop.
+func (s *Server) put(cfg *config.NamedConfig) error {
+	if err := validate(cfg); err != nil {
 		return err
 	}
-	return errors.New("watcher sent an event of unknown type " + ev.Type.String())
+	_, err := s.update(cfg)
+	if errors.Is(err, ErrClusterNotFound) {
+		return s.Add(cfg)
+	}
+	return err
+}
+
+// drop deletes a cluster without waiting for it to stop; an unknown name
+// is no error.
+func (s *Server) drop(name string) error {
+	_, err := s.remove(name)
+	if errors.Is(err, ErrClusterNotFound) {
+		return nil
+	}
+	return err
 }
 
 // maxWatchErrors bounds the errors WatchErrors keeps.
