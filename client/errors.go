@@ -30,6 +30,11 @@ var (
 	// server is down).
 	ErrClusterUnreachable = errors.New("cluster unreachable, its cache may be out of date")
 
+	// ErrClusterElsewhere is returned, with sharding, for a cluster of the
+	// fleet that another replica runs. Fleet-wide Lists leave such clusters
+	// out: each replica's fan-out client covers its own members.
+	ErrClusterElsewhere = errors.New("cluster run by another replica")
+
 	// ErrFleetPagination is returned by a fleet-wide List with Limit or
 	// Continue, which it cannot honour; list one cluster at a time to page.
 	ErrFleetPagination = errors.New("fleet-wide List does not support Limit or Continue: list each cluster with known.WithCluster to page")
@@ -43,6 +48,15 @@ func NotFound(name string) error {
 // NotReady returns ErrClusterNotReady for the named cluster.
 func NotReady(name string) error {
 	return fmt.Errorf("cluster %q: %w", name, ErrClusterNotReady)
+}
+
+// Elsewhere returns ErrClusterElsewhere for the named cluster, naming the
+// replica that runs it ("" when none does right now).
+func Elsewhere(name, owner string) error {
+	if owner == "" {
+		return fmt.Errorf("cluster %q: %w (none right now)", name, ErrClusterElsewhere)
+	}
+	return fmt.Errorf("cluster %q: %w %q", name, ErrClusterElsewhere, owner)
 }
 
 // Unreachable returns ErrClusterUnreachable for the named cluster, with

@@ -51,10 +51,13 @@ type cluster struct {
 	status  ClusterStatus
 	mgr     manager.Manager // the live generation's Manager while Ready
 	dead    bool            // removed from the registry; every operation retries
+	// local says this replica may run the name: always without sharding;
+	// with it, while this replica holds the cluster's lease (own/disown).
+	local bool
 }
 
 func newCluster(name string, e *env, reg *registry) *cluster {
-	return &cluster{name: name, env: e, reg: reg, log: e.log.WithValues("cluster", name), series: clusterSeries{name: name}}
+	return &cluster{name: name, env: e, reg: reg, log: e.log.WithValues("cluster", name), series: clusterSeries{name: name}, local: !e.sharded}
 }
 
 // errDead tells the Server to look the name up again: the cluster it had
@@ -94,7 +97,11 @@ func (c *cluster) add(nc *config.NamedConfig, fp fingerprints) error {
 	c.series.init()
 	// Known from now on; routable once a generation runs. A generation
 	// still stopping from before a Delete has no route any more.
-	c.env.routes.Set(c.name, nil, false)
+	if c.local {
+		c.env.routes.Set(c.name, nil, false)
+	} else {
+		c.env.routes.SetElsewhere(c.name, c.status.Owner)
+	}
 	if c.gen == nil {
 		c.status = ClusterStatus{Name: c.name, Phase: PhasePending, Since: time.Now()}
 	}
@@ -180,7 +187,7 @@ func (c *cluster) start(r *run) {
 // ensureLocked starts a generation for the desired config when none is
 // live and the fleet runs.
 func (c *cluster) ensureLocked() {
-	if c.gen != nil || c.desired == nil || c.run == nil {
+	if c.gen != nil || c.desired == nil || c.run == nil || !c.local {
 		return
 	}
 	g := newGeneration(c, c.desired)
@@ -203,9 +210,58 @@ func (c *cluster) exited(g *generation) {
 		c.retireLocked()
 		return
 	}
+	if !c.local {
+		c.setPhaseLocked(nil, PhaseElsewhere, nil)
+		return
+	}
 	c.setPhaseLocked(nil, PhaseStopped, nil)
 	c.ensureLocked()
 }
+
+// own lets this replica run the cluster (sharding: it holds the cluster's
+// lease now).
+func (c *cluster) own() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead || c.local {
+		return
+	}
+	c.local = true
+	c.status.Owner = ""
+	if c.desired != nil {
+		c.env.routes.Set(c.name, nil, false)
+		c.setPhaseLocked(nil, PhasePending, nil)
+	}
+	c.ensureLocked()
+}
+
+// disown stops the cluster on this replica: owner (another replica, or ""
+// for none yet) is to run it. The returned channel closes once no Manager
+// of the name runs here any more.
+func (c *cluster) disown(owner string) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.local = false
+	c.status.Owner = owner
+	if c.desired != nil {
+		c.env.routes.SetElsewhere(c.name, owner)
+	}
+	if c.gen == nil {
+		if c.desired != nil {
+			c.setPhaseLocked(nil, PhaseElsewhere, nil)
+		}
+		return closedChan
+	}
+	c.gen.stop()
+	c.setPhaseLocked(c.gen, PhaseStopping, nil)
+	return c.gen.done
+}
+
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 // retireLocked forgets the name: route, metric series, registry entry. The
 // cluster is dead from now on; the next Add of the name makes a new one.

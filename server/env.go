@@ -24,6 +24,8 @@ type env struct {
 	memberOpts ctrl.Options
 	opts       Options
 	log        logr.Logger
+	// sharded: a member runs only once this replica holds its lease.
+	sharded bool
 }
 
 // setupList is the registered reconciler setups: appended to under its

@@ -52,13 +52,27 @@ var (
 		Buckets: []float64{0.005, 0.025, 0.1, 0.25, 1, 2.5, 10, 60},
 	}, []string{clusterLabelName, "controller"})
 
+	shardOwned = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mccr_shard_clusters_owned",
+		Help: "Clusters whose Lease this replica holds (sharding).",
+	}, []string{"replica"})
+	shardHandovers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mccr_shard_handovers_total",
+		Help: "Clusters this replica took over from another replica, released or expired (sharding).",
+	}, []string{"replica"})
+	shardUnowned = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "mccr_shard_unowned_seconds",
+		Help:    "Per handover, how long no replica ran the cluster: from its release, or its holder's last heartbeat, to its takeover (sharding).",
+		Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60},
+	}, []string{"replica"})
+
 	registerOnce sync.Once
 )
 
 func registerMetrics() {
 	registerOnce.Do(func() {
 		metrics.Registry.MustRegister(clusterReady, clusterTimeToReady, clusterFailures, clusterRestarts,
-			reconcileTotal, reconcileErrors, reconcileTime)
+			reconcileTotal, reconcileErrors, reconcileTime, shardOwned, shardHandovers, shardUnowned)
 	})
 }
 
@@ -111,4 +125,14 @@ func (s clusterSeries) forget() {
 	reconcileTotal.DeletePartialMatch(byCluster)
 	reconcileErrors.DeletePartialMatch(byCluster)
 	reconcileTime.DeletePartialMatch(byCluster)
+}
+
+// shardSeries is a sharded replica's series.
+type shardSeries struct{ replica string }
+
+func (s shardSeries) owned(n int) { shardOwned.WithLabelValues(s.replica).Set(float64(n)) }
+
+func (s shardSeries) handover(unowned time.Duration) {
+	shardHandovers.WithLabelValues(s.replica).Inc()
+	shardUnowned.WithLabelValues(s.replica).Observe(unowned.Seconds())
 }

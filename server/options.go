@@ -41,6 +41,9 @@ type Options struct {
 	// takes) plus 5s; when that is negative, Delete and Update wait as long
 	// as the Manager takes.
 	StopTimeout time.Duration
+
+	// Sharding, if set, splits the fleet among replicas; see WithSharding.
+	Sharding *ShardingOptions
 }
 
 // Option changes Options.

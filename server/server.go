@@ -105,11 +105,30 @@ func NewServer(cfg *rest.Config, opts ctrl.Options, options ...Option) (*Server,
 		f(&o)
 	}
 	o.defaults(opts.GracefulShutdownTimeout)
+	if o.Sharding != nil {
+		sh := *o.Sharding
+		sh.defaults(opts.LeaderElectionNamespace, opts.LeaderElectionID)
+		if err := sh.validate(); err != nil {
+			lease.Release()
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		o.Sharding = &sh
+	}
 	registerMetrics()
 	s.host, s.releaseHost = host, lease.Release
 	s.log = opts.Logger.WithName("mccr")
-	s.env = env{conns: &s.conns, routes: &s.routes, feed: &s.feed, setups: &s.setups, memberOpts: memberOptions(opts), opts: o, log: s.log}
+	s.env = env{conns: &s.conns, routes: &s.routes, feed: &s.feed, setups: &s.setups, memberOpts: memberOptions(opts), opts: o, log: s.log, sharded: o.Sharding != nil}
 	s.client = mcclient.New(&s.routes, mcclient.Options{Scheme: host.GetScheme(), RESTMapper: host.GetRESTMapper()})
+	if o.Sharding != nil {
+		co, err := newCoordinator(host.GetConfig(), *o.Sharding, &s.clusters, s.log)
+		if err == nil {
+			err = host.Add(co)
+		}
+		if err != nil {
+			lease.Release()
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
 	if err := host.Add(fleetRunnable{s}); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -285,7 +304,9 @@ func (s *Server) Start(ctx context.Context) error {
 // leads.
 type fleetRunnable struct{ s *Server }
 
-func (fleetRunnable) NeedLeaderElection() bool { return true }
+// NeedLeaderElection: members run only while the host leads, unless the
+// fleet is sharded, where every replica runs its share.
+func (f fleetRunnable) NeedLeaderElection() bool { return !f.s.env.sharded }
 
 func (f fleetRunnable) Start(ctx context.Context) error {
 	s := f.s

@@ -34,6 +34,9 @@ const (
 	// PhaseStopped means the Server stopped (or lost leadership) and so did
 	// the member.
 	PhaseStopped Phase = "Stopped"
+	// PhaseElsewhere means another replica runs the member (sharding; see
+	// ClusterStatus.Owner), or none does yet.
+	PhaseElsewhere Phase = "Elsewhere"
 )
 
 // ClusterStatus is a member cluster's state as the Server sees it.
@@ -42,6 +45,9 @@ type ClusterStatus struct {
 	Name string
 	// Source is where its config came from.
 	Source config.Source
+	// Owner is, with sharding, the replica that runs the member when it is
+	// not this one ("" when this replica runs it, or none does yet).
+	Owner string
 	// Properties are what its source says about it (config.NamedConfig.
 	// Properties); a copy.
 	Properties map[string]string

@@ -35,11 +35,16 @@ type route struct {
 	// unreachable is the error that made the cluster's API server count as
 	// unreachable, nil while it is reachable.
 	unreachable error
+	// elsewhere is set while another replica runs the cluster (sharding);
+	// owner names it ("" when none does right now).
+	elsewhere bool
+	owner     string
 }
 
 type snapshot struct {
 	routes  map[string]*route
-	members []client.Member // every cluster, sorted by name
+	names   []string        // every cluster, sorted
+	members []client.Member // every cluster this replica runs, sorted by name
 	ready   []client.Member // the Ready ones, sorted by name
 }
 
@@ -69,6 +74,8 @@ func (t *Table) Route(name string) (client.Member, error) {
 	switch {
 	case !ok:
 		return client.Member{}, client.NotFound(name)
+	case r.elsewhere:
+		return client.Member{}, client.Elsewhere(name, r.owner)
 	case r.client == nil:
 		return client.Member{}, client.NotReady(name)
 	}
@@ -83,6 +90,8 @@ func (t *Table) Cluster(name string) (crclient.Client, error) {
 	switch {
 	case !ok:
 		return nil, client.NotFound(name)
+	case r.elsewhere:
+		return nil, client.Elsewhere(name, r.owner)
 	case r.client == nil:
 		return nil, client.NotReady(name)
 	}
@@ -98,12 +107,7 @@ func (t *Table) ReadyClusters() []client.Member { return t.load().ready }
 
 // Names returns every known cluster name, Ready or not, sorted.
 func (t *Table) Names() []string {
-	members := t.load().members
-	names := make([]string, len(members))
-	for i, m := range members {
-		names[i] = m.Name
-	}
-	return names
+	return slices.Clone(t.load().names)
 }
 
 // Set records name with c as its client (nil: known, no running Manager)
@@ -118,7 +122,7 @@ func (t *Table) Set(name string, c crclient.Client, ready bool) {
 	ready = ready && c != nil
 	t.update(func(m map[string]*route) {
 		old := m[name]
-		if old != nil && old.client == c {
+		if old != nil && old.client == c && !old.elsewhere {
 			if old.ready != ready {
 				next := *old
 				next.ready = ready
@@ -134,6 +138,23 @@ func (t *Table) Set(name string, c crclient.Client, ready bool) {
 			r.ctx, r.cancel = context.WithCancel(context.Background())
 		}
 		m[name] = r
+	})
+}
+
+// SetElsewhere records that another replica runs name (owner; "" when
+// none does right now): calls aimed at it fail with
+// client.ErrClusterElsewhere, and fleet-wide calls leave it out. Set makes
+// it this replica's again.
+func (t *Table) SetElsewhere(name, owner string) {
+	t.update(func(m map[string]*route) {
+		old := m[name]
+		if old != nil && old.elsewhere && old.owner == owner {
+			return
+		}
+		if old != nil && old.cancel != nil {
+			old.cancel()
+		}
+		m[name] = &route{elsewhere: true, owner: owner}
 	})
 }
 
@@ -179,8 +200,12 @@ func (t *Table) update(change func(map[string]*route)) {
 	m := make(map[string]*route, len(old.routes)+1)
 	maps.Copy(m, old.routes)
 	change(m)
-	next := &snapshot{routes: m, members: make([]client.Member, 0, len(m))}
+	next := &snapshot{routes: m, members: make([]client.Member, 0, len(m)), names: make([]string, 0, len(m))}
 	for n, r := range m {
+		next.names = append(next.names, n)
+		if r.elsewhere {
+			continue // another replica's: not in this one's fleet-wide calls
+		}
 		mem := client.Member{Name: n, Client: r.client, Context: r.ctx}
 		// A cluster whose Manager still syncs is read like a cached client
 		// reads a cache that has not synced yet: the List waits for it.
@@ -192,6 +217,7 @@ func (t *Table) update(change func(map[string]*route)) {
 		}
 		next.members = append(next.members, mem)
 	}
+	slices.Sort(next.names)
 	slices.SortFunc(next.members, func(a, b client.Member) int { return strings.Compare(a.Name, b.Name) })
 	for _, mem := range next.members {
 		if mem.Err == nil && m[mem.Name].ready {

@@ -27,7 +27,7 @@ func loads(a map[string]string) map[string]int {
 func TestAssignBoundsLoad(t *testing.T) {
 	for _, tc := range []struct{ replicas, clusters int }{{1, 10}, {3, 30}, {4, 30}, {5, 1000}, {7, 13}, {10, 3}} {
 		t.Run(fmt.Sprintf("%dx%d", tc.replicas, tc.clusters), func(t *testing.T) {
-			var rs []string
+			rs := make([]string, 0, tc.replicas)
 			for i := range tc.replicas {
 				rs = append(rs, fmt.Sprintf("replica-%d", i))
 			}

@@ -1,0 +1,477 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/mccr-dev/mccr/internal/shard"
+)
+
+// Labels and annotations of the sharding Leases.
+const (
+	shardGroupLabel   = "mccr.dev/shard-group"
+	shardRoleLabel    = "mccr.dev/shard-role"
+	shardClusterAnno  = "mccr.dev/cluster"
+	shardLeavingAnno  = "mccr.dev/leaving"
+	shardRoleReplica  = "replica"
+	shardRoleCluster  = "cluster"
+	coordinatorPeriod = 250 * time.Millisecond
+)
+
+// coordinator is a sharded Server's part in the replicas' agreement: it
+// heartbeats this replica's Lease, works out which clusters are this
+// replica's, takes and releases their Leases, and tells the cluster records
+// (own, disown) — which never call back. It runs as a host runnable that
+// needs no leader election; its state belongs to its one goroutine.
+type coordinator struct {
+	o        ShardingOptions
+	leases   coordclient.LeaseInterface
+	clusters *registry
+	log      logr.Logger
+	kick     chan struct{}
+	metrics  shardSeries
+
+	informer toolscache.SharedIndexInformer
+	// Loop state.
+	lastRenew time.Time
+	leaving   bool
+	seen      map[string]observedLease // replica Lease name → when its renewal last changed, locally
+	held      map[string]*heldCluster  // names whose Lease this replica holds
+}
+
+type observedLease struct {
+	renew time.Time
+	at    time.Time
+}
+
+// heldCluster is a cluster whose Lease this replica holds; stopped is set
+// once it was disowned, and closes when its Manager has stopped here.
+type heldCluster struct {
+	stopped  <-chan struct{}
+	watching bool // a goroutine pokes the loop when stopped closes
+}
+
+func newCoordinator(cfg *rest.Config, o ShardingOptions, clusters *registry, log logr.Logger) (*coordinator, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("sharding: %w", err)
+	}
+	c := &coordinator{
+		o:        o,
+		leases:   cs.CoordinationV1().Leases(o.Namespace),
+		clusters: clusters,
+		log:      log.WithName("sharding").WithValues("replica", o.Identity),
+		kick:     make(chan struct{}, 1),
+		metrics:  shardSeries{replica: o.Identity},
+		seen:     map[string]observedLease{},
+		held:     map[string]*heldCluster{},
+	}
+	selector := shardGroupLabel + "=" + dnsLabel(o.Group)
+	lw := &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.LabelSelector = selector
+			return c.leases.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.LabelSelector = selector
+			return c.leases.Watch(ctx, opts)
+		},
+	}
+	c.informer = toolscache.NewSharedIndexInformer(lw, &coordinationv1.Lease{}, 0, toolscache.Indexers{})
+	if _, err := c.informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.poke() },
+		UpdateFunc: func(any, any) { c.poke() },
+		DeleteFunc: func(any) { c.poke() },
+	}); err != nil {
+		return nil, fmt.Errorf("sharding: %w", err)
+	}
+	return c, nil
+}
+
+func (c *coordinator) poke() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// NeedLeaderElection is false: every replica coordinates.
+func (c *coordinator) NeedLeaderElection() bool { return false }
+
+func (c *coordinator) replicaLeaseName(id string) string {
+	return dnsLabel(c.o.Group) + "-r-" + dnsLabel(id) + "-" + shortHash(id, 8)
+}
+
+func (c *coordinator) clusterLeaseName(name string) string {
+	return dnsLabel(c.o.Group) + "-c-" + shortHash(name, 20)
+}
+
+func shortHash(s string, n int) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])[:n]
+}
+
+func (c *coordinator) labels(role string) map[string]string {
+	return map[string]string{shardGroupLabel: dnsLabel(c.o.Group), shardRoleLabel: role}
+}
+
+// Start coordinates until ctx ends, then hands this replica's clusters
+// over and removes its Lease.
+func (c *coordinator) Start(ctx context.Context) error {
+	stop := make(chan struct{})
+	informerDone := make(chan struct{})
+	go func() {
+		defer close(informerDone)
+		c.informer.Run(stop)
+	}()
+	defer func() {
+		close(stop)
+		<-informerDone
+	}()
+	if !toolscache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced) {
+		return nil
+	}
+	c.log.Info("sharding: joining", "namespace", c.o.Namespace, "group", c.o.Group)
+	t := time.NewTicker(coordinatorPeriod)
+	defer t.Stop()
+	for ctx.Err() == nil {
+		c.step(ctx)
+		select {
+		case <-ctx.Done():
+		case <-c.kick:
+		case <-t.C:
+		}
+	}
+	c.leave()
+	return nil
+}
+
+// step renews this replica's Lease when due, then brings the clusters it
+// holds in line with the assignment.
+func (c *coordinator) step(ctx context.Context) {
+	now := time.Now()
+	if now.Sub(c.lastRenew) >= c.o.RetryPeriod {
+		c.renew(ctx, now)
+	}
+	healthy := now.Sub(c.lastRenew) < c.o.RenewDeadline
+	replicas := c.observe(now)
+	names := c.desiredNames()
+	var assigned map[string]string
+	if healthy && !c.leaving {
+		replicas = append(replicas, c.o.Identity)
+		assigned = shard.Assign(shard.Input{Replicas: replicas, Names: names, Pins: c.o.Pins, LoadFactor: c.o.LoadFactor})
+	} else {
+		assigned = shard.Assign(shard.Input{Replicas: replicas, Names: names, Pins: c.o.Pins, LoadFactor: c.o.LoadFactor})
+	}
+	// Let go of what is no longer ours first: a replica that joins takes
+	// its share only once the old owners released it.
+	for name, h := range c.held {
+		if assigned[name] == c.o.Identity {
+			continue
+		}
+		c.release(ctx, name, h, assigned[name], healthy)
+	}
+	for _, name := range names {
+		owner := assigned[name]
+		if owner == c.o.Identity {
+			if _, ok := c.held[name]; !ok {
+				c.acquire(ctx, name, now)
+			}
+			continue
+		}
+		if _, ok := c.held[name]; ok {
+			continue
+		}
+		if cl := c.clusters.get(name); cl != nil {
+			cl.disown(owner)
+		}
+	}
+	c.metrics.owned(len(c.held))
+}
+
+// renew heartbeats this replica's Lease (creating it the first time).
+func (c *coordinator) renew(ctx context.Context, now time.Time) {
+	name := c.replicaLeaseName(c.o.Identity)
+	rctx, cancel := context.WithTimeout(ctx, c.o.RetryPeriod)
+	defer cancel()
+	spec := coordinationv1.LeaseSpec{
+		HolderIdentity:       ptr.To(c.o.Identity),
+		LeaseDurationSeconds: ptr.To(int32(c.o.LeaseDuration / time.Second)), //nolint:gosec // validate keeps it under an hour
+		RenewTime:            &metav1.MicroTime{Time: now},
+	}
+	var current *coordinationv1.Lease
+	if obj, exists, err := c.informer.GetStore().GetByKey(c.o.Namespace + "/" + name); err == nil && exists {
+		current = obj.(*coordinationv1.Lease).DeepCopy()
+	} else if c.lastRenew.IsZero() {
+		// Not seen yet: a replica of this identity may have left it behind.
+		if l, err := c.leases.Get(rctx, name, metav1.GetOptions{}); err == nil {
+			current = l
+		}
+	}
+	var lerr error
+	switch {
+	case current != nil:
+		l := current
+		spec.AcquireTime = l.Spec.AcquireTime
+		l.Spec = spec
+		if c.leaving {
+			if l.Annotations == nil {
+				l.Annotations = map[string]string{}
+			}
+			l.Annotations[shardLeavingAnno] = "true"
+		}
+		_, lerr = c.leases.Update(rctx, l, metav1.UpdateOptions{})
+	default:
+		spec.AcquireTime = &metav1.MicroTime{Time: now}
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.o.Namespace, Labels: c.labels(shardRoleReplica)}, Spec: spec}
+		_, lerr = c.leases.Create(rctx, l, metav1.CreateOptions{})
+	}
+	if lerr != nil {
+		c.log.Error(lerr, "sharding: cannot renew this replica's Lease", "lease", name)
+		return
+	}
+	c.lastRenew = now
+}
+
+// observe returns the other live replicas that take clusters (not
+// leaving).
+func (c *coordinator) observe(now time.Time) []string {
+	var live []string
+	seen := map[string]bool{}
+	for _, obj := range c.informer.GetStore().List() {
+		l := obj.(*coordinationv1.Lease)
+		if l.Labels[shardRoleLabel] != shardRoleReplica || l.Spec.HolderIdentity == nil {
+			continue
+		}
+		id := *l.Spec.HolderIdentity
+		if id == c.o.Identity {
+			continue
+		}
+		seen[l.Name] = true
+		if c.alive(l, now) && l.Annotations[shardLeavingAnno] != "true" {
+			live = append(live, id)
+		}
+	}
+	for name := range c.seen {
+		if !seen[name] {
+			delete(c.seen, name)
+		}
+	}
+	return live
+}
+
+// alive reports whether a replica Lease was renewed, as this replica saw
+// it, within the lease duration. Times are this replica's own: a Lease
+// counts as renewed when its renewTime changed, whatever clock wrote it.
+func (c *coordinator) alive(l *coordinationv1.Lease, now time.Time) bool {
+	var renew time.Time
+	if l.Spec.RenewTime != nil {
+		renew = l.Spec.RenewTime.Time
+	}
+	o, ok := c.seen[l.Name]
+	if !ok || !o.renew.Equal(renew) {
+		o = observedLease{renew: renew, at: now}
+		c.seen[l.Name] = o
+	}
+	return now.Sub(o.at) < c.o.LeaseDuration
+}
+
+// holds reports whether replica id may still run clusters: its Lease
+// exists and was renewed within the lease duration (a replica that leaves
+// still runs what it has not released). Read afresh: a cluster's Lease
+// taken by a replica is only ever seen after that replica's own Lease.
+func (c *coordinator) holds(id string, now time.Time) bool {
+	obj, exists, err := c.informer.GetStore().GetByKey(c.o.Namespace + "/" + c.replicaLeaseName(id))
+	if err != nil || !exists {
+		return false
+	}
+	return c.alive(obj.(*coordinationv1.Lease), now)
+}
+
+// desiredNames are the fleet's cluster names.
+func (c *coordinator) desiredNames() []string {
+	all := c.clusters.all()
+	names := make([]string, 0, len(all))
+	for _, cl := range all {
+		if cl.known() {
+			names = append(names, cl.name)
+		}
+	}
+	return names
+}
+
+// acquire takes a cluster's Lease when nobody holds it (released, or its
+// holder's replica Lease expired), then lets the cluster run here.
+func (c *coordinator) acquire(ctx context.Context, name string, now time.Time) {
+	leaseName := c.clusterLeaseName(name)
+	obj, exists, err := c.informer.GetStore().GetByKey(c.o.Namespace + "/" + leaseName)
+	if err != nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.o.RetryPeriod)
+	defer cancel()
+	spec := coordinationv1.LeaseSpec{
+		HolderIdentity: ptr.To(c.o.Identity),
+		AcquireTime:    &metav1.MicroTime{Time: now},
+		RenewTime:      &metav1.MicroTime{Time: now},
+	}
+	var unowned time.Time // since when nobody ran the cluster
+	if !exists {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
+			Name: leaseName, Namespace: c.o.Namespace, Labels: c.labels(shardRoleCluster),
+			Annotations: map[string]string{shardClusterAnno: name},
+		}, Spec: spec}
+		if _, err := c.leases.Create(rctx, l, metav1.CreateOptions{}); err != nil {
+			if !apierrors.IsAlreadyExists(err) {
+				c.log.Error(err, "sharding: cannot create a cluster's Lease", "cluster", name)
+			}
+			return
+		}
+	} else {
+		l := obj.(*coordinationv1.Lease).DeepCopy()
+		holder := ptr.Deref(l.Spec.HolderIdentity, "")
+		switch {
+		case holder == "":
+		case holder == c.o.Identity:
+			// Ours from before (a lost update): take it again.
+		case c.holds(holder, now):
+			return // its holder runs it, or still stops it
+		}
+		// Nobody has run it since its release, or since its holder was
+		// last heard from.
+		if l.Spec.RenewTime != nil {
+			unowned = l.Spec.RenewTime.Time
+		}
+		if o, ok := c.seen[c.replicaLeaseName(holder)]; holder != "" && ok {
+			unowned = o.renew
+		}
+		spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+		l.Spec = spec
+		if _, err := c.leases.Update(rctx, l, metav1.UpdateOptions{}); err != nil {
+			if !apierrors.IsConflict(err) {
+				c.log.Error(err, "sharding: cannot take a cluster's Lease", "cluster", name, "from", holder)
+			}
+			return
+		}
+		c.metrics.handover(now.Sub(unowned))
+		c.log.Info("sharding: took over cluster", "cluster", name, "from", holder, "unowned", now.Sub(unowned).Round(time.Millisecond))
+	}
+	c.held[name] = &heldCluster{}
+	if cl := c.clusters.get(name); cl != nil {
+		cl.own()
+	}
+}
+
+// release stops a cluster here and, once its Manager has stopped, gives
+// its Lease up (deletes it when the cluster left the fleet). An unhealthy
+// replica only stops: it cannot write, and its Lease expiring frees its
+// clusters.
+func (c *coordinator) release(ctx context.Context, name string, h *heldCluster, owner string, healthy bool) {
+	if h.stopped == nil {
+		h.stopped = closedChan
+		if cl := c.clusters.get(name); cl != nil {
+			h.stopped = cl.disown(owner)
+		}
+	}
+	select {
+	case <-h.stopped:
+	default:
+		if !h.watching {
+			h.watching = true
+			go func() { <-h.stopped; c.poke() }()
+		}
+		return
+	}
+	if !healthy {
+		delete(c.held, name)
+		return
+	}
+	leaseName := c.clusterLeaseName(name)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.RetryPeriod)
+	defer cancel()
+	obj, exists, err := c.informer.GetStore().GetByKey(c.o.Namespace + "/" + leaseName)
+	if err != nil || !exists {
+		delete(c.held, name)
+		return
+	}
+	l := obj.(*coordinationv1.Lease).DeepCopy()
+	if ptr.Deref(l.Spec.HolderIdentity, "") != c.o.Identity {
+		delete(c.held, name)
+		return
+	}
+	if cl := c.clusters.get(name); cl == nil || !cl.known() {
+		err = c.leases.Delete(rctx, leaseName, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &l.ResourceVersion}})
+	} else {
+		l.Spec.HolderIdentity = ptr.To("")
+		l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+		_, err = c.leases.Update(rctx, l, metav1.UpdateOptions{})
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		if !apierrors.IsConflict(err) {
+			c.log.Error(err, "sharding: cannot release a cluster's Lease", "cluster", name)
+		}
+		return
+	}
+	delete(c.held, name)
+	c.log.V(1).Info("sharding: released cluster", "cluster", name, "to", owner)
+}
+
+// leave hands this replica's clusters over: it marks its Lease as leaving
+// (the others reassign at once), stops and releases every cluster it
+// holds, and deletes its Lease.
+func (c *coordinator) leave() {
+	c.leaving = true
+	ctx := context.Background()
+	// The Lease stays renewed while this replica still runs clusters, so
+	// nobody takes one before it has stopped here.
+	c.renew(ctx, time.Now())
+	t := time.NewTicker(coordinatorPeriod)
+	defer t.Stop()
+	// A Manager that does not stop within the lease duration is not
+	// waited for longer: the Lease, no longer renewed, expires after it.
+	deadline := time.Now().Add(c.o.LeaseDuration)
+	for len(c.held) > 0 && time.Now().Before(deadline) {
+		now := time.Now()
+		if now.Sub(c.lastRenew) >= c.o.RetryPeriod {
+			c.renew(ctx, now)
+		}
+		healthy := now.Sub(c.lastRenew) < c.o.RenewDeadline
+		for n, h := range c.held {
+			c.release(ctx, n, h, "", healthy)
+		}
+		if len(c.held) == 0 {
+			break
+		}
+		select {
+		case <-c.kick:
+		case <-t.C:
+		}
+	}
+	name := c.replicaLeaseName(c.o.Identity)
+	if len(c.held) > 0 {
+		c.log.Info("sharding: left with clusters still stopping; their Leases are freed when this replica's expires", "stopping", len(c.held))
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.o.RetryPeriod)
+	defer cancel()
+	if err := c.leases.Delete(rctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		c.log.Error(err, "sharding: cannot delete this replica's Lease; it expires by itself", "lease", name)
+	}
+	c.metrics.owned(0)
+	c.log.Info("sharding: left")
+}
