@@ -4,8 +4,8 @@ import (
 	"maps"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mccr-dev/mccr/sample/syncer/api/v1alpha1"
 )
@@ -98,6 +98,11 @@ func TestDeepCopy(t *testing.T) {
 	if o.Spec.Clusters[0] != "m1" || !maps.Equal(o.Spec.ClusterSelector.MatchLabels, prod) ||
 		o.Spec.Template.Labels["a"] != "1" || o.Spec.Template.Data["k"] != "v" || o.Status.Clusters[0].State != v1alpha1.SyncStateSynced {
 		t.Errorf("changing the copy changed the original: %+v", o)
+	}
+
+	var none *v1alpha1.FleetSetting
+	if o := none.DeepCopyObject(); o != nil {
+		t.Errorf("DeepCopyObject of nil = %#v, want nil", o)
 	}
 
 	s := &v1alpha1.SettingList{Items: []v1alpha1.Setting{{Spec: v1alpha1.SettingSpec{Data: map[string]string{"k": "v"}}}}}

@@ -11,6 +11,31 @@ import (
 // and slices are cloned (maps.Clone and slices.Clone keep nil as nil, as
 // generated code does); everything else is a value.
 
+// deepCopy returns a new copy of in; nil stays nil.
+func deepCopy[T any, P interface {
+	*T
+	DeepCopyInto(*T)
+}](in P) P {
+	if in == nil {
+		return nil
+	}
+	out := P(new(T))
+	in.DeepCopyInto(out)
+	return out
+}
+
+// object is o as a runtime.Object: nil, not a typed nil, when o is nil.
+func object[P interface {
+	comparable
+	runtime.Object
+}](o P) runtime.Object {
+	var none P
+	if o == none {
+		return nil
+	}
+	return o
+}
+
 // copyItems deep-copies the items of a list; nil stays nil.
 func copyItems[T any, P interface {
 	*T
@@ -35,17 +60,10 @@ func (in *FleetSetting) DeepCopyInto(out *FleetSetting) {
 }
 
 // DeepCopy returns a copy of the receiver.
-func (in *FleetSetting) DeepCopy() *FleetSetting {
-	if in == nil {
-		return nil
-	}
-	out := new(FleetSetting)
-	in.DeepCopyInto(out)
-	return out
-}
+func (in *FleetSetting) DeepCopy() *FleetSetting { return deepCopy(in) }
 
 // DeepCopyObject implements runtime.Object.
-func (in *FleetSetting) DeepCopyObject() runtime.Object { return in.DeepCopy() }
+func (in *FleetSetting) DeepCopyObject() runtime.Object { return object(in.DeepCopy()) }
 
 // DeepCopyInto copies the receiver into out.
 func (in *FleetSettingSpec) DeepCopyInto(out *FleetSettingSpec) {
@@ -70,17 +88,10 @@ func (in *FleetSettingList) DeepCopyInto(out *FleetSettingList) {
 }
 
 // DeepCopy returns a copy of the receiver.
-func (in *FleetSettingList) DeepCopy() *FleetSettingList {
-	if in == nil {
-		return nil
-	}
-	out := new(FleetSettingList)
-	in.DeepCopyInto(out)
-	return out
-}
+func (in *FleetSettingList) DeepCopy() *FleetSettingList { return deepCopy(in) }
 
 // DeepCopyObject implements runtime.Object.
-func (in *FleetSettingList) DeepCopyObject() runtime.Object { return in.DeepCopy() }
+func (in *FleetSettingList) DeepCopyObject() runtime.Object { return object(in.DeepCopy()) }
 
 // DeepCopyInto copies the receiver into out.
 func (in *Setting) DeepCopyInto(out *Setting) {
@@ -90,17 +101,10 @@ func (in *Setting) DeepCopyInto(out *Setting) {
 }
 
 // DeepCopy returns a copy of the receiver.
-func (in *Setting) DeepCopy() *Setting {
-	if in == nil {
-		return nil
-	}
-	out := new(Setting)
-	in.DeepCopyInto(out)
-	return out
-}
+func (in *Setting) DeepCopy() *Setting { return deepCopy(in) }
 
 // DeepCopyObject implements runtime.Object.
-func (in *Setting) DeepCopyObject() runtime.Object { return in.DeepCopy() }
+func (in *Setting) DeepCopyObject() runtime.Object { return object(in.DeepCopy()) }
 
 // DeepCopyInto copies the receiver into out.
 func (in *SettingList) DeepCopyInto(out *SettingList) {
@@ -110,14 +114,7 @@ func (in *SettingList) DeepCopyInto(out *SettingList) {
 }
 
 // DeepCopy returns a copy of the receiver.
-func (in *SettingList) DeepCopy() *SettingList {
-	if in == nil {
-		return nil
-	}
-	out := new(SettingList)
-	in.DeepCopyInto(out)
-	return out
-}
+func (in *SettingList) DeepCopy() *SettingList { return deepCopy(in) }
 
 // DeepCopyObject implements runtime.Object.
-func (in *SettingList) DeepCopyObject() runtime.Object { return in.DeepCopy() }
+func (in *SettingList) DeepCopyObject() runtime.Object { return object(in.DeepCopy()) }
