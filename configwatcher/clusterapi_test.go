@@ -50,6 +50,7 @@ func TestClusterAPIWatcher(t *testing.T) {
 	t.Run("CRDLate", env.testCRDLate)
 	t.Run("V1Beta1", env.testV1Beta1)
 	t.Run("Options", env.testOptions)
+	t.Run("ThroughServer", env.testThroughServer)
 }
 
 type clusterAPIEnv struct {

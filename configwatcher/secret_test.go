@@ -45,6 +45,7 @@ func TestSecretWatcher(t *testing.T) {
 	t.Run("AuthPluginsAndFilesRefused", env.testRefused)
 	t.Run("DuplicateName", env.testDuplicate)
 	t.Run("OtherNamespacesAndLabelsIgnored", env.testIgnored)
+	t.Run("ThroughServer", env.testThroughServer)
 }
 
 // newSecretEnv starts a fleet of two API servers, a host and a member, and
