@@ -102,17 +102,24 @@ func (r *statusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 // observe works out fs's status from the fleet as the Server sees it, and
 // counts the Ready members that still hold a copy.
 func (r *statusReconciler) observe(ctx context.Context, fs *v1alpha1.FleetSetting) (v1alpha1.FleetSettingStatus, int) {
+	deleting := !fs.DeletionTimestamp.IsZero()
+	selects, err := selection(&fs.Spec)
+	if err != nil && !deleting {
+		// The members change nothing until the spec is fixed (see plan),
+		// and neither does the status but for saying why.
+		var st v1alpha1.FleetSettingStatus
+		fs.Status.DeepCopyInto(&st)
+		st.ObservedGeneration, st.Message = fs.Generation, err.Error()
+		return st, 0
+	}
 	st := v1alpha1.FleetSettingStatus{ObservedGeneration: fs.Generation}
 	holding := 0
 	for _, m := range r.srv.Statuses() {
-		selected, err := selects(&fs.Spec, m.Name, m.Properties)
-		if err != nil {
-			st.Message = err.Error()
-		}
+		selected := err == nil && selects(m.Name, m.Properties)
 		if selected {
 			st.Selected++
 		}
-		e, holds := r.entry(ctx, fs, m, selected && fs.DeletionTimestamp.IsZero())
+		e, holds := r.entry(ctx, fs, m, selected && !deleting)
 		if holds {
 			holding++
 		}

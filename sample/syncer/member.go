@@ -99,7 +99,7 @@ func (r *copyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, err // the member is leaving
 	}
 	act, why := plan(fs, cp, cluster, props)
-	log := ctrl.LoggerFrom(ctx).WithValues("setting", req.NamespacedName, "why", why)
+	log := ctrl.LoggerFrom(ctx).WithValues("why", why) // the logger names the cluster and the key
 	switch act {
 	case write:
 		u, err := desiredCopy(fs)

@@ -70,6 +70,10 @@ func TestPlan(t *testing.T) {
 		{name: "invalid selector leaves the copy", fs: spec(func(fs *v1alpha1.FleetSetting) {
 			fs.Spec.ClusterSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "env", Operator: "Near"}}
 		}), cp: synced(nil), props: prod, want: keep},
+		{name: "invalid selector, being deleted", fs: spec(func(fs *v1alpha1.FleetSetting) {
+			fs.Spec.ClusterSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "env", Operator: "Near"}}
+			fs.DeletionTimestamp = &now
+		}), cp: synced(nil), props: prod, want: remove, why: "its FleetSetting is being deleted"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, why := plan(tc.fs, tc.cp, "m1", tc.props)

@@ -74,20 +74,19 @@ func setup(srv *server.Server, o syncerOptions) error {
 	return nil
 }
 
-// selects reports whether spec selects the member cluster of this name and
-// properties: named in Clusters, or matched by ClusterSelector.
-func selects(spec *v1alpha1.FleetSettingSpec, cluster string, props map[string]string) (bool, error) {
-	if slices.Contains(spec.Clusters, cluster) {
-		return true, nil
+// selection compiles spec's choice of member clusters: those Clusters
+// names, and those whose properties ClusterSelector matches.
+func selection(spec *v1alpha1.FleetSettingSpec) (func(cluster string, props map[string]string) bool, error) {
+	sel := labels.Nothing()
+	if spec.ClusterSelector != nil {
+		var err error
+		if sel, err = metav1.LabelSelectorAsSelector(spec.ClusterSelector); err != nil {
+			return nil, fmt.Errorf("invalid clusterSelector: %w", err)
+		}
 	}
-	if spec.ClusterSelector == nil {
-		return false, nil
-	}
-	sel, err := metav1.LabelSelectorAsSelector(spec.ClusterSelector)
-	if err != nil {
-		return false, fmt.Errorf("invalid clusterSelector: %w", err)
-	}
-	return sel.Matches(labels.Set(props)), nil
+	return func(cluster string, props map[string]string) bool {
+		return slices.Contains(spec.Clusters, cluster) || sel.Matches(labels.Set(props))
+	}, nil
 }
 
 // managed reports whether the syncer made cp.
@@ -166,13 +165,13 @@ func plan(fs *v1alpha1.FleetSetting, cp *v1alpha1.Setting, cluster string, props
 	case !fs.DeletionTimestamp.IsZero():
 		gone = "its FleetSetting is being deleted"
 	default:
-		selected, err := selects(&fs.Spec, cluster, props)
+		selects, err := selection(&fs.Spec)
 		if err != nil {
 			// Copies stay as they are until the spec is fixed; the host's
 			// status says what is wrong with it.
 			return keep, ""
 		}
-		if !selected {
+		if !selects(cluster, props) {
 			gone = "the cluster is not selected"
 		}
 	}

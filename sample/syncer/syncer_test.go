@@ -3,6 +3,7 @@ package main
 import (
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -179,7 +180,9 @@ func (d *driftLog) reports(cluster string, key types.NamespacedName) []string {
 // and the member controller filters such updates out; the patroller finds
 // the label and the copy is put back within a period. A member whose
 // properties change (Server.Update keeps it running and tells no
-// controller) becomes selected; the patroller makes its copy.
+// controller) becomes selected; the patroller makes its copy. A selector
+// that does not parse leaves the copies as they are, and the status says
+// why.
 func TestPatrollerRepairsWhatNoEventTells(t *testing.T) {
 	ns := prepare(t)
 	const period = time.Second
@@ -238,6 +241,19 @@ func TestPatrollerRepairsWhatNoEventTells(t *testing.T) {
 		t.Fatal(err)
 	}
 	test.Eventually(t, 3*period+patience, "copy gone from m2", func() bool { return copyIn(t, "m2", key) == nil })
+
+	// A selector that does not parse changes nothing in the members; the
+	// status says why.
+	fs := &v1alpha1.FleetSetting{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name}}
+	patchIn(t, "host", fs, map[string]any{"spec": map[string]any{"clusterSelector": map[string]any{
+		"matchExpressions": []map[string]any{{"key": "env", "operator": "Near"}}}}})
+	test.Eventually(t, patience, "status: invalid selector", func() bool {
+		getIn(t, "host", key, fs)
+		return fs.Status.ObservedGeneration == fs.Generation && strings.HasPrefix(fs.Status.Message, "invalid clusterSelector")
+	})
+	if !hasCopy(t, "m1", key, data, labels) || len(fs.Status.Clusters) != 1 || fs.Status.Clusters[0].State != v1alpha1.SyncStateSynced {
+		t.Errorf("with an invalid selector: m1's copy %+v, status %+v", copyIn(t, "m1", key), fs.Status)
+	}
 }
 
 // TestLateCRD: a member that does not serve Setting is Ready all the same,
