@@ -13,7 +13,10 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -72,6 +75,21 @@ func TestLateCRDWaitsWithoutHoldingTheMember(t *testing.T) {
 				return reconcile.Result{}, nil
 			}))
 	})
+	// A host controller following Widgets of the whole fleet waits for the
+	// kind in m1 too.
+	var fleetWidget atomic.Int64 // unix nanos of the first Widget event on the host
+	hostWidget := &unstructured.Unstructured{}
+	hostWidget.SetGroupVersionKind(gvk)
+	err := ctrl.NewControllerManagedBy(r.srv.GetHostManager()).Named("fleet-widgets-" + ns).
+		WatchesRawSource(server.FleetKind(r.srv, hostWidget, handler.Funcs{
+			CreateFunc: func(context.Context, event.CreateEvent, workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				fleetWidget.CompareAndSwap(0, time.Now().UnixNano())
+			},
+		})).
+		Complete(reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) { return reconcile.Result{}, nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
 	addReady(t, r.srv, "m1")
 	createConfigMap(t, "m1", ns, "works")
 	test.Eventually(t, 30*time.Second, "the other controller reconciles", func() bool { return ackIn(t, "m1", ns, "works") == "m1" })
@@ -93,8 +111,10 @@ func TestLateCRDWaitsWithoutHoldingTheMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	test.Eventually(t, 30*time.Second, "the waiting controller reconciles", func() bool { return widgets.Load() > 0 })
-	t.Logf("figure: CRD installed → waiting controller's first reconcile: %s",
-		time.Unix(0, firstWidget.Load()).Sub(installed).Round(time.Millisecond))
+	test.Eventually(t, 30*time.Second, "the host's fleet source delivers the Widget", func() bool { return fleetWidget.Load() != 0 })
+	t.Logf("figure: CRD installed → waiting controller's first reconcile: %s; → the host's FleetKind event: %s",
+		time.Unix(0, firstWidget.Load()).Sub(installed).Round(time.Millisecond),
+		time.Unix(0, fleetWidget.Load()).Sub(installed).Round(time.Millisecond))
 	st, _ := r.srv.Status("m1")
 	if st.Restarts != 0 || st.Failures != 0 || st.Phase != server.PhaseReady {
 		t.Errorf("member after the CRD came: phase %s, restarts %d, failures %d", st.Phase, st.Restarts, st.Failures)

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	membermgr "github.com/mccr-dev/mccr/internal/member"
 	"github.com/mccr-dev/mccr/known"
 )
 
@@ -98,16 +99,20 @@ type fleetAttachment struct {
 
 // attach adds the source's handler to the informer of the member's
 // Manager, in a goroutine of its own (so a member slow to answer discovery
-// delays no other), retrying with a backoff while the member cannot serve
-// the kind. The handler is removed when the attachment is cancelled.
+// delays no other). A kind the member does not serve yet is waited for;
+// other failures are retried with a backoff. The handler is removed when
+// the attachment is cancelled.
 func (k *fleetKind) attach(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], name string, mgr manager.Manager) *fleetAttachment {
 	actx, cancel := context.WithCancel(ctx)
 	hctx := known.WithCluster(ctx, name)
 	log := k.srv.log.WithValues("cluster", name, "source", k.String())
+	// A kind the member does not serve yet (its CRD not installed there) is
+	// waited for as the member's own controllers wait for theirs.
+	wctx := membermgr.WaitForKind(actx)
 	go func() {
 		backoff := wait.Backoff{Duration: time.Second, Factor: 2, Steps: 6, Cap: 30 * time.Second}
 		for {
-			inf, err := mgr.GetCache().GetInformer(actx, k.obj, cache.BlockUntilSynced(false))
+			inf, err := mgr.GetCache().GetInformer(wctx, k.obj, cache.BlockUntilSynced(false))
 			var reg toolscache.ResourceEventHandlerRegistration
 			if err == nil {
 				reg, err = inf.AddEventHandler(informerHandler(hctx, q, k.h, k.preds))

@@ -63,6 +63,14 @@ type waiter struct {
 
 func newWaiter() *waiter { return &waiter{changed: make(chan struct{})} }
 
+// WaitForKind returns a ctx with which GetInformer of a member's cache
+// waits for a kind the cluster does not serve yet (listed in WaitingKinds
+// meanwhile), as a controller's source does, instead of failing; the wait
+// ends with ctx or the member.
+func WaitForKind(ctx context.Context) context.Context {
+	return withWaiter(ctx, newWaiter())
+}
+
 func withWaiter(ctx context.Context, w *waiter) context.Context {
 	return context.WithValue(ctx, waiterKey{}, w)
 }
