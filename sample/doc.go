@@ -8,6 +8,12 @@
 //     (configwatcher.NewFileWatcher and Server.Watch);
 //   - kubefed: the clusters joined to KubeFed, from KubeFedCluster objects
 //     on the host (configwatcher.NewKubeFedWatcher and Server.Watch);
+//   - inventory: the clusters of an inventory on the host — kubeconfig
+//     Secrets, Argo CD cluster Secrets, Cluster API Clusters or
+//     ClusterProfiles (--source);
+//   - sharded: the fleet split among replicas (server.WithSharding);
+//   - syncer: controllers that span clusters — a host resource synced into
+//     the members it selects, their status aggregated back (its own tests);
 //   - demo: `make demo`, a guided tour on a local fleet of API servers.
 //
 // The tests of this package build each program and run it as a subprocess
