@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/known"
+	"github.com/mccr-dev/mccr/sample/internal/reconciler"
+	"github.com/mccr-dev/mccr/server"
+)
+
+var (
+	scheme   = runtime.NewScheme()
+	setupLog = ctrl.Log.WithName("setup")
+)
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+}
+
+func main() {
+	var metricsAddr, probeAddr, clustersPath string
+	var jsonLogs, namespacePerCluster bool
+	var verbosity int
+	var sh server.ShardingOptions
+	pins := map[string]string{}
+	flag.StringVar(&metricsAddr, "metrics-bind-address", "0",
+		"The address the metrics endpoint binds to, e.g. :8080. 0 disables it.")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081",
+		"The address the health probe endpoint binds to.")
+	flag.StringVar(&clustersPath, "clusters", "",
+		"A kubeconfig file, or a directory of them: every context is a member cluster. "+
+			"(--kubeconfig, as in any controller-runtime program, is the host cluster.)")
+	flag.StringVar(&sh.Identity, "shard-identity", os.Getenv("POD_NAME"),
+		"This replica's name, unique among the replicas and new for each process. "+
+			"Defaults to $POD_NAME, else the host name and a random suffix.")
+	flag.StringVar(&sh.Namespace, "shard-namespace", "",
+		`Namespace of the replicas' Leases on the host cluster. Default "default".`)
+	flag.StringVar(&sh.Group, "shard-group", "sharded.sample.mccr.dev",
+		"Names the replicas that share the fleet.")
+	flag.DurationVar(&sh.LeaseDuration, "lease-duration", 15*time.Second,
+		"How long a replica that stopped renewing still counts as live.")
+	flag.DurationVar(&sh.RenewDeadline, "renew-deadline", 10*time.Second,
+		"How long a replica keeps its clusters while it cannot renew its Lease.")
+	flag.DurationVar(&sh.RetryPeriod, "retry-period", 2*time.Second,
+		"How often a replica renews its Lease.")
+	flag.Func("pin", "cluster=replica: run the cluster on that replica whenever it is live (repeatable).",
+		func(s string) error {
+			cluster, replica, ok := strings.Cut(s, "=")
+			if !ok || cluster == "" || replica == "" {
+				return fmt.Errorf("want cluster=replica, got %q", s)
+			}
+			pins[cluster] = replica
+			return nil
+		})
+	flag.BoolVar(&namespacePerCluster, "namespace-per-cluster", false,
+		"Reconcile, in each cluster, only the namespace named like the cluster.")
+	flag.BoolVar(&jsonLogs, "log-json", false, "Log JSON lines instead of text.")
+	flag.IntVar(&verbosity, "verbosity", 0, "Log verbosity: 0 logs what matters, higher logs more.")
+	flag.Parse()
+	ctrl.SetLogger(newLogger(jsonLogs, verbosity))
+
+	if clustersPath == "" {
+		setupLog.Error(nil, "--clusters is required")
+		os.Exit(2)
+	}
+	configs, err := config.LoadConfigsFromConfigFile(clustersPath)
+	if err != nil {
+		setupLog.Error(err, "some member clusters could not be loaded", "path", clustersPath)
+	}
+	if len(configs) == 0 {
+		setupLog.Error(nil, "no member clusters found", "path", clustersPath)
+		os.Exit(1)
+	}
+	if sh.Identity == "" {
+		// The witness names the replica, so the identity is chosen here
+		// rather than left to the Server's default.
+		sh.Identity = defaultIdentity()
+	}
+	sh.Pins = pins
+
+	srv, err := server.NewServer(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress: probeAddr,
+	}, server.WithSharding(sh))
+	if err != nil {
+		setupLog.Error(err, "unable to create server")
+		os.Exit(1)
+	}
+	for _, cfg := range configs {
+		if err := srv.Add(cfg); err != nil {
+			setupLog.Error(err, "unable to add cluster", "cluster", cfg.Name)
+			os.Exit(1)
+		}
+	}
+
+	r := &reconciler.ConfigMapReconciler{Client: srv.GetClient(), Scheme: srv.GetScheme()}
+	if namespacePerCluster {
+		srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
+			return ctrl.NewControllerManagedBy(mgr).
+				For(&corev1.ConfigMap{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+					return o.GetLabels()[reconciler.EnabledLabel] == "true"
+				}))).
+				Named("configmap").
+				Complete(clusterNamespace{r})
+		})
+	} else {
+		srv.AddReconcilerSetup(r.SetupWithManager)
+	}
+	witnessLog := ctrl.Log.WithName("witness")
+	srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
+		return mgr.Add(witness{log: witnessLog, replica: sh.Identity})
+	})
+
+	if err := srv.GetHostManager().AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		setupLog.Error(err, "unable to set up health check")
+		os.Exit(1)
+	}
+	if err := srv.GetHostManager().AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		setupLog.Error(err, "unable to set up ready check")
+		os.Exit(1)
+	}
+
+	setupLog.Info("starting server", "replica", sh.Identity, "clusters", len(configs))
+	if err := srv.Start(ctrl.SetupSignalHandler()); err != nil {
+		setupLog.Error(err, "problem running server")
+		os.Exit(1)
+	}
+	setupLog.Info("stopped", "replica", sh.Identity)
+}
+
+// witness runs in every member Manager and logs when this replica starts
+// and stops running the cluster, with times comparable across processes
+// on one machine.
+type witness struct {
+	log     logr.Logger
+	replica string
+}
+
+var _ manager.Runnable = witness{}
+
+func (w witness) Start(ctx context.Context) error {
+	cluster, _ := known.ClusterFrom(ctx)
+	w.log.Info("witness start", "cluster", cluster, "replica", w.replica, "unixNano", time.Now().UnixNano())
+	<-ctx.Done()
+	// The time is taken as the Manager is told to stop, before it has: the
+	// next replica may start the cluster only after that.
+	w.log.Info("witness stop", "cluster", cluster, "replica", w.replica, "unixNano", time.Now().UnixNano())
+	return nil
+}
+
+// clusterNamespace passes on only the requests in the namespace named
+// like the cluster.
+type clusterNamespace struct{ reconcile.Reconciler }
+
+func (c clusterNamespace) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if cluster, _ := known.ClusterFrom(ctx); req.Namespace != cluster {
+		return ctrl.Result{}, nil
+	}
+	return c.Reconciler.Reconcile(ctx, req)
+}
+
+// defaultIdentity is the host name and a random suffix: new for each
+// process, as the Server's own default.
+func defaultIdentity() string {
+	host, _ := os.Hostname()
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix) // crypto/rand never fails
+	return host + "_" + hex.EncodeToString(suffix)
+}
+
+// newLogger logs through log/slog, which needs nothing beyond the standard
+// library; any logr.Logger works (kubebuilder's zap setup too).
+func newLogger(jsonLogs bool, verbosity int) logr.Logger {
+	opts := &slog.HandlerOptions{Level: slog.Level(-verbosity)}
+	if jsonLogs {
+		return logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, opts))
+}
