@@ -57,6 +57,9 @@ type coordinator struct {
 type observedLease struct {
 	renew time.Time
 	at    time.Time
+	// deleting is the resourceVersion this replica tried to delete the
+	// Lease at, once it expired.
+	deleting string
 }
 
 // heldCluster is a cluster whose Lease this replica holds; stopped is set
@@ -169,7 +172,12 @@ func (c *coordinator) step(ctx context.Context) {
 		c.renew(ctx, now)
 	}
 	healthy := now.Sub(c.lastRenew) < c.o.RenewDeadline
-	replicas := c.observe(now)
+	replicas, expired := c.observe(now)
+	if healthy {
+		for _, l := range expired {
+			c.forget(ctx, l)
+		}
+	}
 	names := c.desiredNames()
 	var assigned map[string]string
 	if healthy && !c.leaving {
@@ -249,9 +257,8 @@ func (c *coordinator) renew(ctx context.Context, now time.Time) {
 }
 
 // observe returns the other live replicas that take clusters (not
-// leaving).
-func (c *coordinator) observe(now time.Time) []string {
-	var live []string
+// leaving), and the Leases of replicas no longer live.
+func (c *coordinator) observe(now time.Time) (live []string, expired []*coordinationv1.Lease) {
 	seen := map[string]bool{}
 	for _, obj := range c.informer.GetStore().List() {
 		l := obj.(*coordinationv1.Lease)
@@ -263,7 +270,10 @@ func (c *coordinator) observe(now time.Time) []string {
 			continue
 		}
 		seen[l.Name] = true
-		if c.alive(l, now) && l.Annotations[shardLeavingAnno] != "true" {
+		switch {
+		case !c.alive(l, now):
+			expired = append(expired, l)
+		case l.Annotations[shardLeavingAnno] != "true":
 			live = append(live, id)
 		}
 	}
@@ -272,7 +282,35 @@ func (c *coordinator) observe(now time.Time) []string {
 			delete(c.seen, name)
 		}
 	}
-	return live
+	return live, expired
+}
+
+// forget deletes the Lease of a replica that stopped renewing it a lease
+// duration ago (as this replica saw it), unless it was renewed since. Left
+// behind, it would count as live for a lease duration to every replica that
+// starts later and first sees it then: such a replica would leave the
+// clusters it assigns to the dead one unowned all that time, while the
+// others, which know better, release them to it. Deleting it is as safe as
+// taking the dead replica's clusters over, which this replica does by the
+// same measure; the precondition spares a Lease renewed meanwhile.
+func (c *coordinator) forget(ctx context.Context, l *coordinationv1.Lease) {
+	o := c.seen[l.Name]
+	if o.deleting == l.ResourceVersion {
+		return // tried already; the informer has not caught up yet
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.o.RetryPeriod)
+	defer cancel()
+	err := c.leases.Delete(rctx, l.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &l.ResourceVersion}})
+	switch {
+	case err == nil:
+		c.log.Info("sharding: removed the Lease of a replica that went silent", "lease", l.Name, "holder", ptr.Deref(l.Spec.HolderIdentity, ""))
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+	default:
+		c.log.Error(err, "sharding: cannot remove the Lease of a replica that went silent", "lease", l.Name)
+		return // tried again next step
+	}
+	o.deleting = l.ResourceVersion
+	c.seen[l.Name] = o
 }
 
 // alive reports whether a replica Lease was renewed, as this replica saw
@@ -368,8 +406,11 @@ func (c *coordinator) acquire(ctx context.Context, name string, now time.Time) {
 			}
 			return
 		}
-		c.metrics.handover(now.Sub(unowned))
-		c.log.Info("sharding: took over cluster", "cluster", name, "from", holder, "unowned", now.Sub(unowned).Round(time.Millisecond))
+		// The releaser's clock wrote the renewal, possibly after now was
+		// read: never report less than nothing.
+		unownedFor := max(time.Since(unowned), 0)
+		c.metrics.handover(unownedFor)
+		c.log.Info("sharding: took over cluster", "cluster", name, "from", holder, "unowned", unownedFor.Round(time.Millisecond))
 	}
 	c.held[name] = &heldCluster{}
 	if cl := c.clusters.get(name); cl != nil {
