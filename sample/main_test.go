@@ -86,7 +86,7 @@ func build(dir string) error {
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	args = append(args, "-o", dir+string(filepath.Separator), "./basic", "./filewatcher", "./kubefed", "./inventory", "./demo")
+	args = append(args, "-o", dir+string(filepath.Separator), "./basic", "./filewatcher", "./kubefed", "./inventory", "./demo", "./sharded")
 	cmd := exec.Command(goBin, args...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
