@@ -67,11 +67,15 @@ func TestSharded(t *testing.T) {
 	}
 	s := newShardRun(t, f, n)
 
-	// Three replicas split the fleet.
+	// Three replicas split the fleet. Started one after the other, the
+	// first may take clusters that move on once it sees the others.
+	begin := time.Now()
 	for _, id := range []string{"r1", "r2", "r3"} {
 		s.start(id)
 	}
 	owners := s.settle("r1", "r2", "r3")
+	t.Logf("figure: sharded sample: three replicas starting together: settled %s after the first start, %d handovers on the way",
+		time.Since(begin).Round(time.Millisecond), len(s.handovers(begin)))
 	load := map[string]int{}
 	for _, r := range owners {
 		load[r]++
@@ -219,7 +223,7 @@ func newShardRun(t *testing.T, f *test.Fleet, n int) *shardRun {
 		s.member[name] = c
 	}
 	kc.CurrentContext = s.names[0]
-	// r3 lives until the end but for the last step.
+	// Pinned to r3, which lives through every step but the last.
 	s.pins = map[string]string{s.names[0]: "r3"}
 	path := filepath.Join(t.TempDir(), "clusters.kubeconfig")
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {
