@@ -39,6 +39,28 @@
 // Test cleanups run last-registered first, so create a fleet (NewFleet)
 // before whatever uses it (Run), and it stops after it.
 //
+// # Many clusters on a few API servers
+//
+// A fleet of a thousand clusters cannot be a thousand API servers on one
+// machine. Fleet.AddEndpoints gives each of N names a loopback address of
+// its own in front of the fleet's few real API servers (an Endpoint, with
+// its config, NamedConfig and kubeconfig file), so that a Server, a
+// FileWatcher or anything else sees N different API servers: nothing keyed
+// on an address or on TLS settings is shared among them, as nothing is
+// among real clusters. Names on one API server without endpoints share
+// connections and REST mappers, which flatters any per-cluster figure. A
+// helper process forwards the endpoints' connections byte for byte (TLS
+// passes through), apart from the process under test, so a test or a
+// benchmark measures only its own:
+//
+//	eps := test.NewEndpoints(t, fleet, nil, names...) // in turn over fleet.Clusters
+//	for _, e := range eps {
+//		_ = srv.Add(e.Named)
+//	}
+//
+// (Fleet.AddEndpoints outside a test; NewEndpoints removes them when the
+// test ends.)
+//
 // Around the fleet, the kit has what tests of controllers on it keep
 // needing: Eventually to wait for what must happen, Run to start a Server or
 // Manager for the rest of a test, Cluster.AdminClient to set up and check

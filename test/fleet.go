@@ -80,9 +80,11 @@ type Fleet struct {
 	opts   Options
 	ownDir bool
 
-	mu       sync.Mutex
-	starting map[string]bool // names being started by Add
-	stopped  bool
+	mu        sync.Mutex
+	starting  map[string]bool // names being started by Add or AddEndpoints
+	stopped   bool
+	endpoints []*Endpoint // replaced, not changed, like Clusters
+	fw        *forwarder  // serves the endpoints; started by the first AddEndpoints
 
 	stopOnce sync.Once
 	stopErr  error
@@ -172,19 +174,10 @@ func (f *Fleet) Add(names ...string) ([]*Cluster, error) {
 	}
 	wg.Wait()
 
-	f.mu.Lock()
-	for _, n := range names {
-		delete(f.starting, n)
-	}
-	err := errors.Join(errs...)
-	if err == nil && f.stopped {
-		err = ErrFleetStopped
-	}
-	if err == nil {
+	err := f.unreserve(names, errors.Join(errs...), func() {
 		// A new slice: one read before Add stays as it was.
 		f.Clusters = append(slices.Clip(f.Clusters), added...)
-	}
-	f.mu.Unlock()
+	})
 	if err != nil {
 		return nil, errors.Join(err, stopClusters(added))
 	}
@@ -201,8 +194,8 @@ func (f *Fleet) reserve(names []string) error {
 	}
 	seen := map[string]bool{}
 	for _, n := range names {
-		if n == "" || seen[n] || f.starting[n] || f.cluster(n) != nil {
-			return fmt.Errorf("test: cluster names must be unique and non-empty, got %q (fleet has %q)", names, f.names())
+		if n == "" || seen[n] || f.starting[n] || f.cluster(n) != nil || f.endpoint(n) != nil {
+			return fmt.Errorf("test: cluster and endpoint names must be unique and non-empty, got %q (fleet has clusters %q and %d endpoints)", names, f.names(), len(f.endpoints))
 		}
 		seen[n] = true
 	}
@@ -210,6 +203,25 @@ func (f *Fleet) reserve(names []string) error {
 		f.starting[n] = true
 	}
 	return nil
+}
+
+// unreserve ends what reserve began: names are no longer being started.
+// Unless err is set or the fleet stopped meanwhile (ErrFleetStopped), it
+// runs commit under the fleet's lock. It returns the error for which the
+// caller must undo what it started.
+func (f *Fleet) unreserve(names []string, err error, commit func()) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, n := range names {
+		delete(f.starting, n)
+	}
+	if err == nil && f.stopped {
+		err = ErrFleetStopped
+	}
+	if err == nil {
+		commit()
+	}
+	return err
 }
 
 // Remove stops the named cluster (its admin client's connections first,
@@ -271,10 +283,10 @@ func (f *Fleet) Configs() []*config.NamedConfig {
 	return out
 }
 
-// Stop closes the connections of the admin clients, stops every API server
-// in parallel and removes files the fleet created. It is safe to call more
-// than once. A running Add fails with ErrFleetStopped and stops what it
-// started.
+// Stop closes the connections of the admin clients, stops the endpoints'
+// forwarder, stops every API server in parallel and removes files the
+// fleet created. It is safe to call more than once. A running Add fails
+// with ErrFleetStopped and stops what it started.
 func (f *Fleet) Stop() error {
 	f.stopOnce.Do(func() {
 		f.CloseConnections()
@@ -282,7 +294,7 @@ func (f *Fleet) Stop() error {
 		f.stopped = true
 		clusters := f.Clusters
 		f.mu.Unlock()
-		err := stopClusters(clusters)
+		err := errors.Join(f.stopForwarder(), stopClusters(clusters))
 		if f.ownDir {
 			err = errors.Join(err, os.RemoveAll(f.Dir))
 		}
