@@ -3,11 +3,14 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/mccr-dev/mccr/test"
@@ -19,6 +22,12 @@ var fleet *test.Fleet
 var members = []string{"a", "b", "c"}
 
 func TestMain(m *testing.M) {
+	if isScaleChild() {
+		// A scale run's child reaches the fleet of the process that
+		// started it (scalechild_test.go).
+		ctrl.SetLogger(logr.Discard())
+		os.Exit(m.Run())
+	}
 	// Main also sets a discarding logger: without one, controller-runtime's
 	// delegating logger keeps every logger it hands out in memory.
 	test.Main(m, &fleet, test.Options{}, append([]string{"host"}, members...)...)

@@ -1,0 +1,72 @@
+package e2e
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+)
+
+// BenchmarkFleet is the fleet-scale run, by number of clusters, by how they
+// reach the three member API servers (each behind an endpoint of its own,
+// as N real clusters are, or as names straight on the API servers) and by
+// engine: an mccr Server, or a plain controller-runtime Manager per
+// cluster, the floor mccr starts from. Every cluster runs a ConfigMap
+// controller that Gets each object of a namespace holding 100 ConfigMaps
+// (10 at 1,000 clusters).
+//
+// It reports the time from registering the first cluster until every
+// cluster has reconciled every object; RSS, Go heap in use and goroutines
+// per idle engaged cluster (after garbage collection); the time from
+// registering one more cluster to its first Reconcile with the whole fleet
+// running (p50 and p99 over 100 clusters registered one after the other);
+// and how much RSS those 100 more clusters added.
+func BenchmarkFleet(b *testing.B) {
+	runs := []struct {
+		clusters, objects int
+		endpoints         string
+		engines           []string
+	}{
+		{100, 100, "distinct", []string{engineMCCR, enginePlain}},
+		{100, 100, "shared", []string{engineMCCR}},
+		{1000, 10, "distinct", []string{engineMCCR, enginePlain}},
+	}
+	for _, r := range runs {
+		for _, eng := range r.engines {
+			b.Run(fmt.Sprintf("clusters=%d/endpoints=%s/%s", r.clusters, r.endpoints, eng), func(b *testing.B) {
+				s := scale{Engine: eng, Clusters: r.clusters, Objects: r.objects, More: 100, Distinct: r.endpoints == "distinct"}
+				ns := scaleNamespace(b, r.objects)
+				for i := 0; i < b.N; i++ {
+					fig := runScale(b, s, ns, scaleKubeconfigs(b, s))
+					b.ReportMetric(fig.AllReconciled.Seconds(), "s-all-reconciled")
+					b.ReportMetric(fig.RSSKiB, "KiB-rss/cluster")
+					b.ReportMetric(fig.HeapKiB, "KiB-heap/cluster")
+					b.ReportMetric(fig.Goroutines, "goroutines/cluster")
+					b.ReportMetric(ms(fig.FirstP50), "ms-p50-first-reconcile")
+					b.ReportMetric(ms(fig.FirstP99), "ms-p99-first-reconcile")
+					b.ReportMetric(fig.MoreMiB, "MiB-rss/100-more-clusters")
+					if fig.Failures > 0 {
+						b.Errorf("%d cluster failures", fig.Failures)
+					}
+				}
+			})
+		}
+	}
+}
+
+var scaleNamespaces sync.Map // objects → namespace
+
+// scaleNamespace returns a namespace holding n ConfigMaps in every member
+// API server, made once per process.
+func scaleNamespace(b *testing.B, n int) string {
+	b.Helper()
+	ns := fmt.Sprintf("scale-%d", n)
+	if _, done := scaleNamespaces.Load(n); done {
+		return ns
+	}
+	namespace(b, ns)
+	for _, m := range members {
+		configMaps(b, m, ns, n)
+	}
+	scaleNamespaces.Store(n, ns)
+	return ns
+}
