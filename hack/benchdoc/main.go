@@ -1,6 +1,7 @@
 // Command benchdoc turns `go test -bench` output (several -count runs) into
-// the Markdown table of docs/benchmarks.md: per benchmark and unit, the
-// median over the runs, with the machine and the command that produced it.
+// the Markdown tables of docs/benchmarks.md: per benchmark and unit, the
+// median over the runs, with the machine and the command that produced it;
+// first, the fleet-scale figures (BenchmarkFleet) side by side.
 //
 //	go test -run '^$' -bench . -benchmem -count 5 ./... | go run ./hack/benchdoc -cmd "..." > docs/benchmarks.md
 package main
@@ -114,6 +115,9 @@ func write(w io.Writer, cpu, cmd string, all []*series) {
 		fmt.Fprintf(w, "- command: `%s`\n", cmd)
 	}
 	fmt.Fprintln(w)
+	writeScale(w, all)
+	fmt.Fprintln(w, "## All figures")
+	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| package | benchmark | runs | figures (median) |")
 	fmt.Fprintln(w, "|---|---|---|---|")
 	for _, s := range all {
@@ -149,4 +153,97 @@ func memTotal() string {
 		}
 	}
 	return "memory unknown"
+}
+
+// fleetRun is a BenchmarkFleet series:
+// BenchmarkFleet/clusters=N/endpoints=distinct|shared/engine.
+type fleetRun struct {
+	clusters  int
+	endpoints string
+	engine    string
+	s         *series
+}
+
+func parseFleet(s *series) (fleetRun, bool) {
+	parts := strings.Split(s.name, "/")
+	if len(parts) != 4 || parts[0] != "BenchmarkFleet" {
+		return fleetRun{}, false
+	}
+	n, err := strconv.Atoi(strings.TrimPrefix(parts[1], "clusters="))
+	ep, ok := strings.CutPrefix(parts[2], "endpoints=")
+	if err != nil || !ok {
+		return fleetRun{}, false
+	}
+	return fleetRun{clusters: n, endpoints: ep, engine: parts[3], s: s}, true
+}
+
+// scaleColumns are the BenchmarkFleet units shown side by side, with
+// their headings.
+var scaleColumns = []struct{ unit, heading string }{
+	{"KiB-rss/cluster", "RSS / idle cluster (KiB)"},
+	{"KiB-heap/cluster", "Go heap / idle cluster (KiB)"},
+	{"goroutines/cluster", "goroutines / idle cluster"},
+	{"s-all-reconciled", "registered → all reconciled (s)"},
+	{"ms-p50-first-reconcile", "register → first Reconcile, p50 (ms)"},
+	{"ms-p99-first-reconcile", "p99 (ms)"},
+	{"MiB-rss/100-more-clusters", "RSS growth / 100 more clusters (MiB)"},
+}
+
+// writeScale writes the fleet-scale figures, clusters behind endpoints of
+// their own (as N real clusters are) first: those are the headline.
+func writeScale(w io.Writer, all []*series) {
+	var runs []fleetRun
+	for _, s := range all {
+		if r, ok := parseFleet(s); ok {
+			runs = append(runs, r)
+		}
+	}
+	if len(runs) == 0 {
+		return
+	}
+	slices.SortStableFunc(runs, func(a, b fleetRun) int {
+		if a.endpoints != b.endpoints {
+			return boolOrder(a.endpoints != "distinct", b.endpoints != "distinct")
+		}
+		if a.clusters != b.clusters {
+			return a.clusters - b.clusters
+		}
+		return boolOrder(a.engine != "mccr", b.engine != "mccr")
+	})
+	fmt.Fprintln(w, "## A fleet of clusters (BenchmarkFleet)")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Endpoints *distinct*: every cluster behind a loopback endpoint of its own, so that the engine sees as many API servers as clusters (the headline figures). *Shared*: names straight on the three API servers, which share connections and REST mappers.")
+	fmt.Fprintln(w)
+	head := []string{"clusters", "endpoints", "engine", "runs"}
+	for _, c := range scaleColumns {
+		head = append(head, c.heading)
+	}
+	fmt.Fprintf(w, "| %s |\n", strings.Join(head, " | "))
+	fmt.Fprintf(w, "|%s\n", strings.Repeat("---|", len(head)))
+	for _, r := range runs {
+		row := []string{strconv.Itoa(r.clusters), r.endpoints, r.engine, ""}
+		runs := 0
+		for _, c := range scaleColumns {
+			v, ok := r.s.vals[c.unit]
+			if !ok {
+				row = append(row, "")
+				continue
+			}
+			runs = max(runs, len(v))
+			row = append(row, format(median(v)))
+		}
+		row[3] = strconv.Itoa(runs)
+		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
+	}
+	fmt.Fprintln(w)
+}
+
+func boolOrder(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
