@@ -237,6 +237,7 @@ func newShardRun(t *testing.T, f *test.Fleet, n int) *shardRun {
 		"--lease-duration", shardLease.String(),
 		"--renew-deadline", shardRenew.String(),
 		"--retry-period", shardRetry.String(),
+		"--graceful-shutdown-timeout", (shardLease - shardRenew - 500*time.Millisecond).String(),
 		"--health-probe-bind-address", "0",
 		"--namespace-per-cluster",
 		"--pin", s.names[0] + "=r3",

@@ -133,7 +133,9 @@ func (c *cluster) update(nc *config.NamedConfig, fp fingerprints) (stopped <-cha
 	}
 	// Calls aimed at the cluster stop reaching the old Manager first, so
 	// that those waiting on it end with ErrClusterNotReady.
-	c.env.routes.Set(c.name, nil, false)
+	if c.local {
+		c.env.routes.Set(c.name, nil, false)
+	}
 	c.gen.stop()
 	c.setPhaseLocked(c.gen, PhaseStopping, nil)
 	return c.gen.done, true, nil
@@ -257,6 +259,17 @@ func (c *cluster) disown(owner string) <-chan struct{} {
 	return c.gen.done
 }
 
+// disownIfLocal stops the cluster on this replica if it runs here, for a
+// replica that lost its Lease: no owner is known.
+func (c *cluster) disownIfLocal() {
+	c.mu.Lock()
+	local := c.local
+	c.mu.Unlock()
+	if local {
+		c.disown("")
+	}
+}
+
 var closedChan = func() chan struct{} {
 	ch := make(chan struct{})
 	close(ch)
@@ -324,7 +337,8 @@ func (c *cluster) setPhaseLocked(g *generation, p Phase, err error) {
 		c.status.LastError = config.RedactError(err)
 	}
 	c.series.ready(p == PhaseReady)
-	if changed {
+	// A deleted cluster was told as left; its last phases are not news.
+	if changed && c.desired != nil {
 		st := memberState{name: c.name, phase: p, err: c.status.LastError}
 		if p == PhaseReady || p == PhaseUnreachable {
 			st.mgr = c.mgr
@@ -338,13 +352,19 @@ func (c *cluster) setPhaseLocked(g *generation, p Phase, err error) {
 func (c *cluster) route(g *generation, cl crclient.Client, ready bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if g != c.gen || cl != nil && g.stopping() || c.desired == nil {
+	if g != c.gen || cl != nil && g.stopping() {
 		return
 	}
 	if cl == nil {
 		c.mgr = nil
 	}
-	c.env.routes.Set(c.name, cl, ready)
+	switch {
+	case c.desired == nil:
+	case !c.local:
+		c.env.routes.SetElsewhere(c.name, c.status.Owner)
+	default:
+		c.env.routes.Set(c.name, cl, ready)
+	}
 }
 
 func (c *cluster) ready(g *generation, mgr manager.Manager, took time.Duration) {

@@ -27,6 +27,9 @@ const (
 	ClusterFailed ClusterEventType = "Failed"
 	// ClusterLeft means the member was deleted from the fleet.
 	ClusterLeft ClusterEventType = "Left"
+	// ClusterElsewhere means, with sharding, that another replica runs the
+	// member now (or will): this replica's controllers no longer see it.
+	ClusterElsewhere ClusterEventType = "Elsewhere"
 )
 
 // ClusterEvent tells a host controller that a member changed.
@@ -41,7 +44,7 @@ type ClusterEvent struct {
 
 // ClusterEvents returns a source for a controller on the host Manager that
 // calls fn each time a member becomes Ready, Unreachable or Failed, or
-// leaves the fleet, and enqueues the requests fn returns — so that a
+// leaves the fleet (or, with sharding, this replica: Elsewhere), and enqueues the requests fn returns — so that a
 // controller aggregating over the fleet recomputes when the fleet changes
 // instead of polling. When the controller starts, fn is called once for
 // every member already Ready, Unreachable or Failed. The ctx fn gets names
@@ -80,6 +83,8 @@ func (c *clusterEvents) Start(ctx context.Context, q workqueue.TypedRateLimiting
 			ev.Type = ClusterUnreachable
 		case st.phase == PhaseFailed:
 			ev.Type = ClusterFailed
+		case st.phase == PhaseElsewhere:
+			ev.Type, ev.Err = ClusterElsewhere, nil
 		default:
 			return
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/configwatcher"
 	"github.com/mccr-dev/mccr/internal/conntrack"
+	"github.com/mccr-dev/mccr/internal/member"
 	"github.com/mccr-dev/mccr/internal/router"
 	"github.com/mccr-dev/mccr/known"
 )
@@ -107,8 +108,9 @@ func NewServer(cfg *rest.Config, opts ctrl.Options, options ...Option) (*Server,
 	o.defaults(opts.GracefulShutdownTimeout)
 	if o.Sharding != nil {
 		sh := *o.Sharding
-		sh.defaults(opts.LeaderElectionNamespace, opts.LeaderElectionID)
-		if err := sh.validate(); err != nil {
+		shutdown, forever := member.ShutdownTimeout(opts.GracefulShutdownTimeout)
+		sh.defaults(opts.LeaderElectionNamespace, opts.LeaderElectionID, shutdown)
+		if err := sh.validate(shutdown, forever); err != nil {
 			lease.Release()
 			return nil, fmt.Errorf("server: %w", err)
 		}
@@ -122,7 +124,7 @@ func NewServer(cfg *rest.Config, opts ctrl.Options, options ...Option) (*Server,
 	if o.Sharding != nil {
 		co, err := newCoordinator(host.GetConfig(), *o.Sharding, &s.clusters, s.log)
 		if err == nil {
-			err = host.Add(co)
+			err = host.Add(coordinatorRunnable{s: s, co: co})
 		}
 		if err != nil {
 			lease.Release()
@@ -298,6 +300,21 @@ func (s *Server) Start(ctx context.Context) error {
 	s.runs.Wait()
 	s.releaseHost()
 	return err
+}
+
+// coordinatorRunnable runs a sharded Server's coordinator in the host
+// Manager; Start waits for it (it hands the clusters over on the way out).
+type coordinatorRunnable struct {
+	s  *Server
+	co *coordinator
+}
+
+func (coordinatorRunnable) NeedLeaderElection() bool { return false }
+
+func (r coordinatorRunnable) Start(ctx context.Context) error {
+	r.s.runs.Add(1)
+	defer r.s.runs.Done()
+	return r.co.Start(ctx)
 }
 
 // fleetRunnable runs the members inside the host Manager, only while it

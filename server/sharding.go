@@ -3,6 +3,7 @@ package server
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -32,8 +33,10 @@ type ShardingOptions struct {
 	// was last heard from. RenewDeadline is how long a replica keeps its
 	// clusters while it cannot renew; it must stop them before
 	// LeaseDuration passes, so keep the members' graceful shutdown well
-	// under LeaseDuration − RenewDeadline. RetryPeriod is how often a
-	// replica renews. Defaults 15s, 10s, 2s, as for leader election.
+	// under LeaseDuration − RenewDeadline (NewServer refuses otherwise).
+	// RetryPeriod is how often a replica renews. Defaults: RenewDeadline
+	// 10s, RetryPeriod 2s, LeaseDuration 15s or RenewDeadline + the
+	// members' graceful shutdown timeout + 2s, whichever is longer.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 
 	// LoadFactor bounds each replica's load to ceil(LoadFactor × clusters
@@ -71,7 +74,7 @@ func WithSharding(o ShardingOptions) Option {
 	return func(opts *Options) { opts.Sharding = &o }
 }
 
-func (o *ShardingOptions) defaults(leaderElectionNamespace, leaderElectionID string) {
+func (o *ShardingOptions) defaults(leaderElectionNamespace, leaderElectionID string, memberShutdown time.Duration) {
 	if o.Identity == "" {
 		host, _ := os.Hostname()
 		suffix := make([]byte, 4)
@@ -90,19 +93,25 @@ func (o *ShardingOptions) defaults(leaderElectionNamespace, leaderElectionID str
 	if o.Group == "" {
 		o.Group = "mccr"
 	}
-	if o.LeaseDuration <= 0 {
-		o.LeaseDuration = 15 * time.Second
-	}
 	if o.RenewDeadline <= 0 {
 		o.RenewDeadline = 10 * time.Second
+	}
+	if o.LeaseDuration <= 0 {
+		// Long enough for a replica that cannot renew to stop its members
+		// (their graceful shutdown) before others may take them.
+		o.LeaseDuration = max(15*time.Second, o.RenewDeadline+memberShutdown+2*time.Second)
 	}
 	if o.RetryPeriod <= 0 {
 		o.RetryPeriod = 2 * time.Second
 	}
 }
 
-func (o *ShardingOptions) validate() error {
+func (o *ShardingOptions) validate(memberShutdown time.Duration, forever bool) error {
 	switch {
+	case forever:
+		return errors.New("sharding: members need a finite GracefulShutdownTimeout: a replica that cannot renew its Lease must have stopped its clusters before others take them")
+	case memberShutdown >= o.LeaseDuration-o.RenewDeadline:
+		return fmt.Errorf("sharding: members' GracefulShutdownTimeout (%s) must be shorter than LeaseDuration − RenewDeadline (%s): a replica that cannot renew its Lease must have stopped its clusters before others take them", memberShutdown, o.LeaseDuration-o.RenewDeadline)
 	case o.LeaseDuration > time.Hour:
 		return fmt.Errorf("sharding: LeaseDuration (%s) over an hour", o.LeaseDuration)
 	case o.RenewDeadline >= o.LeaseDuration:

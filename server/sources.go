@@ -45,6 +45,11 @@ var errSourceStarted = errors.New("source already started; make one per controll
 // restarts, its handler is removed from that informer. A member that is
 // Syncing, Unreachable or cannot serve the kind never holds the host
 // controller up: the source does not wait for any member to sync.
+//
+// With sharding (WithSharding), a replica's sources see the members that
+// replica runs: a host controller that aggregates over the whole fleet
+// runs on every replica (no leader election) and each aggregates its share,
+// or reads the other replicas' results.
 func FleetKind(srv *Server, obj client.Object, h handler.EventHandler, preds ...predicate.Predicate) source.Source {
 	return &fleetKind{srv: srv, obj: obj, h: h, preds: preds}
 }

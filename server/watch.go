@@ -61,6 +61,9 @@ func (s *Server) applyEvents(from int, w configwatcher.ConfigWatcher) {
 			s.watchError(err)
 		}
 	}
+	// A watcher that stopped sends nothing more: its claims waiting on
+	// names other watchers feed can never be withdrawn, so they go.
+	s.claims.withdraw(from)
 }
 
 func (s *Server) apply(from int, ev configwatcher.Event) error {

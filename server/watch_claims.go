@@ -104,3 +104,12 @@ func (n *nameClaims) unwait(name string, from int) {
 	}
 	n.waiting[name] = q
 }
+
+// withdraw forgets the waiting claims of watcher from (it stopped).
+func (n *nameClaims) withdraw(from int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for name := range n.waiting {
+		n.unwait(name, from)
+	}
+}

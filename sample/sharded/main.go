@@ -45,6 +45,7 @@ func main() {
 	var jsonLogs, namespacePerCluster bool
 	var verbosity int
 	var sh server.ShardingOptions
+	var shutdown time.Duration
 	pins := map[string]string{}
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0",
 		"The address the metrics endpoint binds to, e.g. :8080. 0 disables it.")
@@ -66,6 +67,8 @@ func main() {
 		"How long a replica keeps its clusters while it cannot renew its Lease.")
 	flag.DurationVar(&sh.RetryPeriod, "retry-period", 2*time.Second,
 		"How often a replica renews its Lease.")
+	flag.DurationVar(&shutdown, "graceful-shutdown-timeout", 3*time.Second,
+		"How long a member's controllers get to stop; must be under --lease-duration minus --renew-deadline.")
 	flag.Func("pin", "cluster=replica: run the cluster on that replica whenever it is live (repeatable).",
 		func(s string) error {
 			cluster, replica, ok := strings.Cut(s, "=")
@@ -102,9 +105,10 @@ func main() {
 	sh.Pins = pins
 
 	srv, err := server.NewServer(ctrl.GetConfigOrDie(), ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress: probeAddr,
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:  probeAddr,
+		GracefulShutdownTimeout: &shutdown,
 	}, server.WithSharding(sh))
 	if err != nil {
 		setupLog.Error(err, "unable to create server")
