@@ -191,6 +191,11 @@ func TestFleetKindFollowsTheFleet(t *testing.T) {
 	if n := log.count("m2", "after-delete", "create"); n != 0 {
 		t.Errorf("a deleted member's event was delivered %d times", n)
 	}
+	// Nothing of the source is left running for the members that came
+	// and went (its attach work ends once the handler is on the informer).
+	test.Eventually(t, 10*time.Second, "no fleet source goroutine left", func() bool {
+		return stacksWith("server.(*fleetKind)") == 0
+	})
 	log.mu.Lock()
 	if log.bad > 0 {
 		t.Errorf("%d handler calls had no cluster in ctx", log.bad)
@@ -202,6 +207,19 @@ func TestFleetKindFollowsTheFleet(t *testing.T) {
 	}
 	fleet.CloseConnections()
 	verifyNoLeaks(t, ignore)
+}
+
+// stacksWith counts the goroutines with fn in their stack.
+func stacksWith(fn string) int {
+	buf := make([]byte, 8<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, fn) {
+			n++
+		}
+	}
+	return n
 }
 
 // listeners counts the informer handler goroutines of the process:
