@@ -13,7 +13,8 @@
 // bearer token, that an unmodified rest.Config user (a controller-runtime
 // cluster.Cluster, Manager or client) cannot tell the difference for the
 // few resources it serves: ConfigMaps and Secrets (namespaced) and
-// Namespaces. It answers discovery (/api, /api/v1, /apis, /version),
+// Namespaces. It answers discovery (/api, /api/v1, /apis, /version, and
+// /apis/<group>/<version> for what ServeDiscovery adds),
 // get, list (label and field selectors), create, update, patch (merge,
 // strategic merge and JSON patch), delete and deletecollection, and watch
 // from a resourceVersion, including the streaming watch-list that client-go

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
@@ -439,4 +440,35 @@ func TestStartStopCycles(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d cluster start/stop cycles, %d at a time, in %v (%d requests)", cycles, workers, time.Since(begin), s.RequestCount())
 	eventually(t, 5*time.Second, "all watches closed", func() bool { return s.OpenWatches() == 0 })
+}
+
+// TestServeDiscovery: a group-version added with ServeDiscovery is listed
+// and served by discovery, and gone again once taken out.
+func TestServeDiscovery(t *testing.T) {
+	s := start(t)
+	dc := discovery.NewDiscoveryClientForConfigOrDie(s.Config())
+	gv := schema.GroupVersion{Group: "widgets.mccr.test", Version: "v1"}
+	if _, err := dc.ServerResourcesForGroupVersion(gv.String()); !apierrors.IsNotFound(err) {
+		t.Fatalf("group-version not added: got %v, want 404", err)
+	}
+	s.ServeDiscovery(gv, []metav1.APIResource{{Name: "widgets", SingularName: "widget", Kind: "Widget", Namespaced: true}})
+	l, err := dc.ServerResourcesForGroupVersion(gv.String())
+	if err != nil || len(l.APIResources) != 1 || l.APIResources[0].Kind != "Widget" {
+		t.Fatalf("added group-version: %+v, %v", l, err)
+	}
+	groups, err := dc.ServerGroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, g := range groups.Groups {
+		found = found || (g.Name == gv.Group && g.PreferredVersion.Version == "v1")
+	}
+	if !found {
+		t.Errorf("group list %+v lacks %s", groups.Groups, gv)
+	}
+	s.ServeDiscovery(gv, nil)
+	if _, err := dc.ServerResourcesForGroupVersion(gv.String()); !apierrors.IsNotFound(err) {
+		t.Errorf("group-version taken out: got %v, want 404", err)
+	}
 }

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,7 +42,9 @@ type Server struct {
 
 	faultMu   sync.Mutex
 	forbidden map[string]bool
-	hang      chan struct{} // non-nil while requests hang; closed to let them go
+	// groups are the group-versions ServeDiscovery added, by group.
+	groups map[string]map[string][]metav1.APIResource
+	hang   chan struct{} // non-nil while requests hang; closed to let them go
 }
 
 // Option configures a Server.
@@ -144,6 +148,61 @@ func (s *Server) Hang(on bool) {
 	}
 }
 
+// ServeDiscovery makes discovery list gv with resources (/apis and
+// /apis/<group>/<version>), as a CRD's would be once installed; nil
+// resources take it out again. Only discovery: requests for the resources
+// themselves still get 404.
+func (s *Server) ServeDiscovery(gv schema.GroupVersion, resources []metav1.APIResource) {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	if s.groups == nil {
+		s.groups = map[string]map[string][]metav1.APIResource{}
+	}
+	if resources == nil {
+		delete(s.groups[gv.Group], gv.Version)
+		if len(s.groups[gv.Group]) == 0 {
+			delete(s.groups, gv.Group)
+		}
+		return
+	}
+	if s.groups[gv.Group] == nil {
+		s.groups[gv.Group] = map[string][]metav1.APIResource{}
+	}
+	s.groups[gv.Group][gv.Version] = slices.Clone(resources)
+}
+
+func (s *Server) groupList() metav1.APIGroupList {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	l := metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}, Groups: []metav1.APIGroup{}}
+	for _, name := range slices.Sorted(maps.Keys(s.groups)) {
+		g := metav1.APIGroup{Name: name}
+		for _, v := range slices.Sorted(maps.Keys(s.groups[name])) {
+			g.Versions = append(g.Versions, metav1.GroupVersionForDiscovery{GroupVersion: name + "/" + v, Version: v})
+		}
+		g.PreferredVersion = g.Versions[0]
+		l.Groups = append(l.Groups, g)
+	}
+	return l
+}
+
+func (s *Server) groupVersion(path string) (*metav1.APIResourceList, bool) {
+	group, version, ok := strings.Cut(path, "/")
+	if !ok || strings.Contains(version, "/") {
+		return nil, false
+	}
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	rs, ok := s.groups[group][version]
+	if !ok {
+		return nil, false
+	}
+	return &metav1.APIResourceList{
+		TypeMeta:     metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
+		GroupVersion: group + "/" + version, APIResources: slices.Clone(rs),
+	}, true
+}
+
 // RequestCount is the number of requests received so far, including those
 // that failed or still hang.
 func (s *Server) RequestCount() int64 { return s.requests.Load() }
@@ -188,12 +247,21 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		writeRaw(w, http.StatusOK, mustJSON(l))
 	case "apis":
-		// Only the core group. client-go asks for aggregated discovery
-		// first; a plain APIGroupList makes it use /api/v1 instead, as
-		// with servers older than 1.26.
-		writeRaw(w, http.StatusOK, mustJSON(metav1.APIGroupList{
-			TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}, Groups: []metav1.APIGroup{}}))
+		// The core group is not listed here. client-go asks for
+		// aggregated discovery first; a plain APIGroupList makes it use
+		// /api/v1 and /apis/<group>/<version> instead, as with servers
+		// older than 1.26.
+		writeRaw(w, http.StatusOK, mustJSON(s.groupList()))
 	default:
+		if gv, ok := strings.CutPrefix(path, "apis/"); ok {
+			l, found := s.groupVersion(gv)
+			if !found {
+				writeError(w, apierrors.NewNotFound(schema.GroupResource{}, path))
+				return
+			}
+			writeRaw(w, http.StatusOK, mustJSON(l))
+			return
+		}
 		rest, ok := strings.CutPrefix(path, "api/v1/")
 		if !ok {
 			writeError(w, apierrors.NewNotFound(schema.GroupResource{}, path))
