@@ -3,7 +3,6 @@ package cmd
 import (
 	"flag"
 
-	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -34,13 +33,29 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 }
 
 // RegisterLeaderElection adds --leader-elect and
-// --leader-election-namespace to fs. work says what only one replica
-// does at a time while leader election is on, e.g. "runs the members".
-func (f *Flags) RegisterLeaderElection(fs *flag.FlagSet, work string) {
+// --leader-election-namespace to fs. leaderElected says what only one
+// replica does at a time while leader election is on, e.g. "runs the
+// members".
+func (f *Flags) RegisterLeaderElection(fs *flag.FlagSet, leaderElected string) {
 	fs.BoolVar(&f.LeaderElection, "leader-elect", false,
-		"Enable leader election on the host cluster, so that only one replica "+work+" at a time.")
+		"Enable leader election on the host cluster, so that only one replica "+leaderElected+" at a time.")
 	fs.StringVar(&f.LeaderElectionNamespace, "leader-election-namespace", "",
 		"Namespace of the leader election Lease on the host cluster (required out of cluster).")
+}
+
+// ParseFlags registers the shared flags on flag.CommandLine, where the
+// program has registered its own, with --leader-elect and
+// --leader-election-namespace; parses the command line; and sets
+// controller-runtime's logger as --log-json and --verbosity say.
+// leaderElected says what only one replica does at a time while
+// --leader-elect is on, e.g. "runs the members".
+func ParseFlags(leaderElected string) *Flags {
+	f := &Flags{}
+	f.Register(flag.CommandLine)
+	f.RegisterLeaderElection(flag.CommandLine, leaderElected)
+	flag.Parse()
+	ctrl.SetLogger(f.Logger())
+	return f
 }
 
 // Options are the host Manager's ctrl.Options the flags ask for: the
@@ -55,9 +70,4 @@ func (f *Flags) Options(scheme *runtime.Scheme, leaderElectionID string) ctrl.Op
 		LeaderElectionID:        leaderElectionID,
 		LeaderElectionNamespace: f.LeaderElectionNamespace,
 	}
-}
-
-// Logger logs as --log-json and --verbosity ask: see NewLogger.
-func (f *Flags) Logger() logr.Logger {
-	return NewLogger(f.JSONLogs, f.Verbosity)
 }
