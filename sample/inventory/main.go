@@ -3,31 +3,16 @@ package main
 import (
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 
-	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/mccr-dev/mccr/configwatcher"
+	"github.com/mccr-dev/mccr/sample/internal/cmd"
 	"github.com/mccr-dev/mccr/sample/internal/reconciler"
 	"github.com/mccr-dev/mccr/server"
 )
-
-var (
-	scheme   = runtime.NewScheme()
-	setupLog = ctrl.Log.WithName("setup")
-)
-
-func init() {
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-}
 
 // The cluster sources this sample reads (--source).
 const (
@@ -48,18 +33,7 @@ type sourceFlags struct {
 }
 
 func main() {
-	var metricsAddr, probeAddr, leaderElectionNamespace string
-	var enableLeaderElection, jsonLogs bool
-	var verbosity int
 	var sf sourceFlags
-	flag.StringVar(&metricsAddr, "metrics-bind-address", "0",
-		"The address the metrics endpoint binds to, e.g. :8080. 0 disables it.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081",
-		"The address the health probe endpoint binds to.")
-	flag.BoolVar(&enableLeaderElection, "leader-elect", false,
-		"Enable leader election on the host cluster, so that only one replica runs the members at a time.")
-	flag.StringVar(&leaderElectionNamespace, "leader-election-namespace", "",
-		"Namespace of the leader election Lease on the host cluster (required out of cluster).")
 	flag.StringVar(&sf.source, "source", "",
 		"Where the member clusters are listed on the host cluster: "+
 			"secrets (multicluster-runtime kubeconfig Secrets), argocd (Argo CD cluster Secrets), "+
@@ -77,10 +51,11 @@ func main() {
 	flag.BoolVar(&sf.allowAuthPlugins, "allow-auth-plugins", false,
 		"secrets, argocd, cluster-api: accept credentials that run a program (exec, auth-provider, Argo CD execProviderConfig). "+
 			"Whoever can write those objects could then run programs here.")
-	flag.BoolVar(&jsonLogs, "log-json", false, "Log JSON lines instead of text.")
-	flag.IntVar(&verbosity, "verbosity", 0, "Log verbosity: 0 logs what matters, higher logs more.")
-	flag.Parse()
-	ctrl.SetLogger(newLogger(jsonLogs, verbosity))
+	// Parse the command line, with the flags every sample has
+	// (--metrics-bind-address, --health-probe-bind-address, --leader-elect,
+	// --leader-election-namespace, --log-json, --verbosity), and log as it
+	// says (ctrl.SetLogger).
+	common := cmd.ParseFlags("runs the members")
 
 	// The host cluster (--kubeconfig, $KUBECONFIG or in-cluster) holds the
 	// inventory. It also holds the leader election Lease and serves metrics
@@ -89,21 +64,11 @@ func main() {
 	hostConfig := ctrl.GetConfigOrDie()
 	watcher, err := newWatcher(hostConfig, sf)
 	if err != nil {
-		setupLog.Error(err, "unable to watch the cluster inventory", "source", sf.source)
+		cmd.SetupLog.Error(err, "unable to watch the cluster inventory", "source", sf.source)
 		os.Exit(2)
 	}
-	srv, err := server.NewServer(hostConfig, ctrl.Options{
-		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress:  probeAddr,
-		LeaderElection:          enableLeaderElection,
-		LeaderElectionID:        "inventory.sample.mccr.dev",
-		LeaderElectionNamespace: leaderElectionNamespace,
-	})
-	if err != nil {
-		setupLog.Error(err, "unable to create server")
-		os.Exit(1)
-	}
+	srv, err := server.NewServer(hostConfig, common.Options(cmd.NewScheme(), "inventory.sample.mccr.dev"))
+	cmd.ExitOnError(err, "unable to create server")
 
 	r := &reconciler.ConfigMapReconciler{Client: srv.GetClient(), Scheme: srv.GetScheme()}
 	srv.AddReconcilerSetup(r.SetupWithManager)
@@ -114,20 +79,10 @@ func main() {
 	// Start returns.
 	srv.Watch(watcher)
 
-	if err := srv.GetHostManager().AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		setupLog.Error(err, "unable to set up health check")
-		os.Exit(1)
-	}
-	if err := srv.GetHostManager().AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		setupLog.Error(err, "unable to set up ready check")
-		os.Exit(1)
-	}
+	cmd.AddPingChecks(srv)
 
-	setupLog.Info("starting server", "source", sf.source)
-	if err := srv.Start(ctrl.SetupSignalHandler()); err != nil {
-		setupLog.Error(err, "problem running server")
-		os.Exit(1)
-	}
+	cmd.SetupLog.Info("starting server", "source", sf.source)
+	cmd.ExitOnError(srv.Start(ctrl.SetupSignalHandler()), "problem running server")
 }
 
 // newWatcher makes the watcher of the chosen source.
@@ -169,14 +124,4 @@ func newWatcher(host *rest.Config, sf sourceFlags) (configwatcher.ConfigWatcher,
 		return configwatcher.NewClusterProfileWatcher(host, opts...)
 	}
 	return nil, fmt.Errorf("--source %q: want %s, %s, %s or %s", sf.source, sourceSecrets, sourceArgoCD, sourceClusterAPI, sourceClusterProfiles)
-}
-
-// newLogger logs through log/slog, which needs nothing beyond the standard
-// library; any logr.Logger works (kubebuilder's zap setup too).
-func newLogger(jsonLogs bool, verbosity int) logr.Logger {
-	opts := &slog.HandlerOptions{Level: slog.Level(-verbosity)}
-	if jsonLogs {
-		return logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, opts))
-	}
-	return logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, opts))
 }

@@ -6,51 +6,31 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/known"
+	"github.com/mccr-dev/mccr/sample/internal/cmd"
 	"github.com/mccr-dev/mccr/sample/internal/reconciler"
 	"github.com/mccr-dev/mccr/server"
 )
 
-var (
-	scheme   = runtime.NewScheme()
-	setupLog = ctrl.Log.WithName("setup")
-)
-
-func init() {
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-}
-
 func main() {
-	var metricsAddr, probeAddr, clustersPath string
-	var jsonLogs, namespacePerCluster bool
-	var verbosity int
+	var clustersPath string
+	var namespacePerCluster bool
 	var sh server.ShardingOptions
 	var shutdown time.Duration
 	pins := map[string]string{}
-	flag.StringVar(&metricsAddr, "metrics-bind-address", "0",
-		"The address the metrics endpoint binds to, e.g. :8080. 0 disables it.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081",
-		"The address the health probe endpoint binds to.")
 	flag.StringVar(&clustersPath, "clusters", "",
 		"A kubeconfig file, or a directory of them: every context is a member cluster. "+
 			"(--kubeconfig, as in any controller-runtime program, is the host cluster.)")
@@ -80,23 +60,18 @@ func main() {
 		})
 	flag.BoolVar(&namespacePerCluster, "namespace-per-cluster", false,
 		"Reconcile, in each cluster, only the namespace named like the cluster.")
-	flag.BoolVar(&jsonLogs, "log-json", false, "Log JSON lines instead of text.")
-	flag.IntVar(&verbosity, "verbosity", 0, "Log verbosity: 0 logs what matters, higher logs more.")
+	// With the flags every sample has but leader election, whose place
+	// sharding takes (every replica runs, each its share of the fleet):
+	// --metrics-bind-address, --health-probe-bind-address, --log-json and
+	// --verbosity.
+	var common cmd.Flags
+	common.Register(flag.CommandLine)
 	flag.Parse()
-	ctrl.SetLogger(newLogger(jsonLogs, verbosity))
+	ctrl.SetLogger(common.Logger())
 
-	if clustersPath == "" {
-		setupLog.Error(nil, "--clusters is required")
-		os.Exit(2)
-	}
-	configs, err := config.LoadConfigsFromConfigFile(clustersPath)
-	if err != nil {
-		setupLog.Error(err, "some member clusters could not be loaded", "path", clustersPath)
-	}
-	if len(configs) == 0 {
-		setupLog.Error(nil, "no member clusters found", "path", clustersPath)
-		os.Exit(1)
-	}
+	// Every context of --clusters is a member (config.LoadConfigsFromConfigFile).
+	configs := cmd.LoadClusters(clustersPath)
+
 	if sh.Identity == "" {
 		// The witness names the replica, so the identity is chosen here
 		// rather than left to the Server's default.
@@ -104,21 +79,12 @@ func main() {
 	}
 	sh.Pins = pins
 
-	srv, err := server.NewServer(ctrl.GetConfigOrDie(), ctrl.Options{
-		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress:  probeAddr,
-		GracefulShutdownTimeout: &shutdown,
-	}, server.WithSharding(sh))
-	if err != nil {
-		setupLog.Error(err, "unable to create server")
-		os.Exit(1)
-	}
+	opts := common.Options(cmd.NewScheme(), "") // no leader election, so no Lease name
+	opts.GracefulShutdownTimeout = &shutdown
+	srv, err := server.NewServer(ctrl.GetConfigOrDie(), opts, server.WithSharding(sh))
+	cmd.ExitOnError(err, "unable to create server")
 	for _, cfg := range configs {
-		if err := srv.Add(cfg); err != nil {
-			setupLog.Error(err, "unable to add cluster", "cluster", cfg.Name)
-			os.Exit(1)
-		}
+		cmd.ExitOnError(srv.Add(cfg), "unable to add cluster", "cluster", cfg.Name)
 	}
 
 	r := &reconciler.ConfigMapReconciler{Client: srv.GetClient(), Scheme: srv.GetScheme()}
@@ -139,21 +105,11 @@ func main() {
 		return mgr.Add(witness{log: witnessLog, replica: sh.Identity})
 	})
 
-	if err := srv.GetHostManager().AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		setupLog.Error(err, "unable to set up health check")
-		os.Exit(1)
-	}
-	if err := srv.GetHostManager().AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		setupLog.Error(err, "unable to set up ready check")
-		os.Exit(1)
-	}
+	cmd.AddPingChecks(srv)
 
-	setupLog.Info("starting server", "replica", sh.Identity, "clusters", len(configs))
-	if err := srv.Start(ctrl.SetupSignalHandler()); err != nil {
-		setupLog.Error(err, "problem running server")
-		os.Exit(1)
-	}
-	setupLog.Info("stopped", "replica", sh.Identity)
+	cmd.SetupLog.Info("starting server", "replica", sh.Identity, "clusters", len(configs))
+	cmd.ExitOnError(srv.Start(ctrl.SetupSignalHandler()), "problem running server")
+	cmd.SetupLog.Info("stopped", "replica", sh.Identity)
 }
 
 // witness runs in every member Manager and logs when this replica starts
@@ -194,14 +150,4 @@ func defaultIdentity() string {
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix) // crypto/rand never fails
 	return host + "_" + hex.EncodeToString(suffix)
-}
-
-// newLogger logs through log/slog, which needs nothing beyond the standard
-// library; any logr.Logger works (kubebuilder's zap setup too).
-func newLogger(jsonLogs bool, verbosity int) logr.Logger {
-	opts := &slog.HandlerOptions{Level: slog.Level(-verbosity)}
-	if jsonLogs {
-		return logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, opts))
-	}
-	return logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, opts))
 }
