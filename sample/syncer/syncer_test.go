@@ -211,7 +211,7 @@ func TestPatrollerRepairsWhatNoEventTells(t *testing.T) {
 	if got := drift.reports("m1", key); !slices.Contains(got, "label tier differs") {
 		t.Errorf("the patroller reported %q for m1, want it to have found the label", got)
 	}
-	if took > 2*period+time.Second {
+	if took > 2*period+2*time.Second {
 		t.Errorf("repaired after %s, want within a patrol period (%s) and a little", took, period)
 	}
 
