@@ -10,7 +10,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	"github.com/mccr-dev/mccr/internal/leanmapper"
 )
 
 // Pool shares one transport, and so one set of connections, among the
@@ -54,11 +55,13 @@ type MapperProvider = func(*rest.Config, *http.Client) (meta.RESTMapper, error)
 func (l *Lease) Release() { l.release() }
 
 // MapperProvider returns a provider that hands every lease of the same API
-// server and credentials one shared mapper, built by next the first time
-// (next defaults to controller-runtime's dynamic mapper).
+// server and credentials one shared mapper, built by next the first time.
+// next defaults to leanmapper.New, which discovers only the group-versions
+// asked about, where controller-runtime's dynamic mapper would read and
+// keep the discovery of every group.
 func (l *Lease) MapperProvider(next MapperProvider) MapperProvider {
 	if next == nil {
-		next = apiutil.NewDynamicRESTMapper
+		next = leanmapper.New
 	}
 	if l.mapper == nil {
 		return next

@@ -30,8 +30,13 @@
 // Concurrent lookups of one group-version share one request. Requests run
 // with no lock held, bounded by the HTTP client's timeout.
 //
-// Differences from client-go's DefaultRESTMapper: the group of a lookup is
-// taken as given (an empty group is the core group, not "any group"), and
-// ResourceSingularizer knows only the resources of group-versions already
-// fetched.
+// Kinds are matched as client-go's discovery REST mapper matches them: the
+// kind, its lower-case form, "<Kind>List" (controller-runtime asks about
+// lists so) and "List", the last two mapped to a guessed resource.
+//
+// Differences from client-go's discovery REST mapper: the group of a lookup is
+// taken as given (an empty group is the core group, not "any group"),
+// KindFor and ResourceFor do not know the guessed resources of list kinds,
+// and ResourceSingularizer knows only the resources of group-versions
+// already fetched.
 package leanmapper

@@ -258,14 +258,20 @@ func (m *Mapper) candidates(group string, versions ...string) ([]string, error) 
 }
 
 func hasKind(kind string) func([]resource) bool {
-	return func(rs []resource) bool {
-		for _, r := range rs {
-			if r.kind == kind {
-				return true
-			}
+	return func(rs []resource) bool { return kindIn(rs, kind) != nil }
+}
+
+// kindIn returns the resource of kind in rs, matching as client-go's
+// discovery REST mapper does: the kind, its lower-case form, and the kind
+// with "List" appended; nil if none.
+func kindIn(rs []resource, kind string) *resource {
+	base, list := strings.CutSuffix(kind, "List")
+	for i, r := range rs {
+		if r.kind == kind || strings.ToLower(r.kind) == kind || (list && r.kind == base) {
+			return &rs[i]
 		}
-		return false
 	}
+	return nil
 }
 
 func hasResource(name string) func([]resource) bool {
@@ -279,16 +285,28 @@ func hasResource(name string) func([]resource) bool {
 	}
 }
 
-func mapping(gv schema.GroupVersion, r resource) *meta.RESTMapping {
+// mapping maps kind in gv, a kind of rs, or nil. Like client-go's
+// discovery REST mapper, it maps "<Kind>List" and "List" too, to a guessed
+// resource.
+func mapping(gv schema.GroupVersion, rs []resource, kind string) *meta.RESTMapping {
+	gvk := gv.WithKind(kind)
+	if kind == "List" {
+		plural, _ := meta.UnsafeGuessKindToResource(gvk)
+		return &meta.RESTMapping{Resource: plural, GroupVersionKind: gvk, Scope: meta.RESTScopeRoot}
+	}
+	r := kindIn(rs, kind)
+	if r == nil {
+		return nil
+	}
 	scope := meta.RESTScopeRoot
 	if r.namespaced {
 		scope = meta.RESTScopeNamespace
 	}
-	return &meta.RESTMapping{
-		Resource:         gv.WithResource(r.plural),
-		GroupVersionKind: gv.WithKind(r.kind),
-		Scope:            scope,
+	res := gv.WithResource(r.plural)
+	if r.kind != kind && strings.ToLower(r.kind) != kind {
+		res, _ = meta.UnsafeGuessKindToResource(gvk)
 	}
+	return &meta.RESTMapping{Resource: res, GroupVersionKind: gvk, Scope: scope}
 }
 
 // mappings returns gk's mappings in the versions given (or the group's),
@@ -308,11 +326,8 @@ func (m *Mapper) mappings(gk schema.GroupKind, all bool, versions []string) ([]*
 		if !served {
 			continue
 		}
-		for _, r := range rs {
-			if r.kind == gk.Kind {
-				out = append(out, mapping(gv, r))
-				break
-			}
+		if mp := mapping(gv, rs, gk.Kind); mp != nil {
+			out = append(out, mp)
 		}
 		if len(out) > 0 && !all {
 			break

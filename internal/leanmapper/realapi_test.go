@@ -52,6 +52,11 @@ func TestMatchesDynamicMapper(t *testing.T) {
 		{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"},
 		{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"},
 		{Group: "coordination.k8s.io", Version: "v1", Kind: "Lease"},
+		{Version: "v1", Kind: "ConfigMapList"},
+		{Version: "v1", Kind: "configmap"},
+		{Group: "apps", Version: "v1", Kind: "DeploymentList"},
+		{Version: "v1", Kind: "NamespaceList"},
+		{Version: "v1", Kind: "List"},
 	} {
 		for _, versions := range [][]string{{gvk.Version}, nil} {
 			got, gerr := lean.RESTMapping(gvk.GroupKind(), versions...)

@@ -11,8 +11,9 @@ import (
 )
 
 // discoveryTimeout bounds each discovery request of a member's REST
-// mapper. controller-runtime's mapper asks for discovery with no context,
-// while holding its own lock and, through the cache, the informer map's:
+// mapper. The mapper (leanmapper's, or controller-runtime's) asks for
+// discovery with no context, and through the cache while the informer
+// map's lock is held (controller-runtime's also holds its own):
 // against an API server that accepts connections and never answers, one
 // such request would otherwise block the member for good.
 const discoveryTimeout = 30 * time.Second
