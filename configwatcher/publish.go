@@ -73,10 +73,18 @@ func newPublisher(log logr.Logger) *publisher {
 // and remembers only what was actually delivered. The desired map is not
 // retained.
 func (p *publisher) apply(desired map[string]*config.NamedConfig, stop <-chan struct{}) bool {
-	var deleted, changed []Event
+	// Fingerprints are taken before a config is handed out, and a config
+	// already published is never read again here: its consumers may copy
+	// it meanwhile, and rest.CopyConfig writes into the ExecProvider the
+	// copy shares with it.
+	type change struct {
+		ev          Event
+		fingerprint string
+	}
+	var deleted, changed []change
 	for name, old := range p.last {
 		if desired[name] == nil {
-			deleted = append(deleted, Event{Type: Deleted, Config: old.cfg})
+			deleted = append(deleted, change{ev: Event{Type: Deleted, Config: old.cfg}})
 		}
 	}
 	for name, cfg := range desired {
@@ -84,18 +92,23 @@ func (p *publisher) apply(desired map[string]*config.NamedConfig, stop <-chan st
 			continue
 		}
 		old, ok := p.last[name]
+		if ok && old.cfg == cfg {
+			continue // the very config published: no change
+		}
+		fp := cfg.Fingerprint()
 		switch {
 		case !ok:
-			changed = append(changed, Event{Type: Added, Config: cfg})
-		case old.fingerprint != cfg.Fingerprint():
-			changed = append(changed, Event{Type: Updated, Config: cfg})
+			changed = append(changed, change{Event{Type: Added, Config: cfg}, fp})
+		case old.fingerprint != fp:
+			changed = append(changed, change{Event{Type: Updated, Config: cfg}, fp})
 		}
 	}
-	byName := func(a, b Event) int { return strings.Compare(a.Config.Name, b.Config.Name) }
+	byName := func(a, b change) int { return strings.Compare(a.ev.Config.Name, b.ev.Config.Name) }
 	slices.SortFunc(deleted, byName)
 	slices.SortFunc(changed, byName)
 
-	for _, ev := range append(deleted, changed...) {
+	for _, c := range append(deleted, changed...) {
+		ev := c.ev
 		select {
 		case p.events <- ev:
 		case <-stop:
@@ -105,7 +118,7 @@ func (p *publisher) apply(desired map[string]*config.NamedConfig, stop <-chan st
 		if ev.Type == Deleted {
 			delete(p.last, ev.Config.Name)
 		} else {
-			p.last[ev.Config.Name] = publishedConfig{cfg: ev.Config, fingerprint: ev.Config.Fingerprint()}
+			p.last[ev.Config.Name] = publishedConfig{cfg: ev.Config, fingerprint: c.fingerprint}
 		}
 	}
 	return true

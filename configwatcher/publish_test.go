@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/mccr-dev/mccr/config"
 )
@@ -168,5 +170,41 @@ func TestPublishCloseOnce(t *testing.T) {
 	}
 	if _, ok := <-p.errors; ok {
 		t.Fatal("errors not closed")
+	}
+}
+
+// TestPublishNeverReadsWhatItHandedOut: a consumer copying a published
+// config (rest.CopyConfig writes into the ExecProvider the copy shares
+// with it) while the watcher publishes the same fleet again is no race.
+func TestPublishNeverReadsWhatItHandedOut(t *testing.T) {
+	p := newPublisher(logr.Discard())
+	defer p.close()
+	stop := make(chan struct{})
+	defer close(stop)
+	cfg := config.NewNamedConfig("exec", &rest.Config{Host: "https://a", ExecProvider: &clientcmdapi.ExecConfig{
+		Command: "plugin", APIVersion: "client.authentication.k8s.io/v1",
+		Config: &runtime.Unknown{Raw: []byte(`{"cluster":"a"}`)},
+	}})
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		p.apply(fleetOf(cfg), stop)
+	}()
+	ev := <-p.events
+	<-first
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for range 100 {
+			_ = rest.CopyConfig(ev.Config.Config)
+		}
+	})
+	for range 100 {
+		if !p.apply(fleetOf(cfg), stop) {
+			t.Fatal("apply stopped")
+		}
+	}
+	wg.Wait()
+	if got := drainPublished(p); len(got) != 0 {
+		t.Errorf("the same config again published %v", got)
 	}
 }
