@@ -168,20 +168,5 @@ func reconciles(t *testing.T, cluster, controller, result string) float64 {
 // reconcileSeries counts the mccr_reconcile_ series of one cluster.
 func reconcileSeries(t *testing.T, cluster string) int {
 	t.Helper()
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, mf := range families {
-		if !strings.HasPrefix(mf.GetName(), "mccr_reconcile_") {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if clusterLabel(m) == cluster {
-				n++
-			}
-		}
-	}
-	return n
+	return countSeries(t, "mccr_reconcile_", func(c string) bool { return c == cluster })
 }

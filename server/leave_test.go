@@ -211,8 +211,16 @@ func TestDeleteLeavesNothingBehind(t *testing.T) {
 	}
 }
 
-// seriesOf counts the mccr_ series whose cluster label starts with prefix.
+// seriesOf counts the mccr_cluster_ series whose cluster label starts with
+// prefix.
 func seriesOf(t *testing.T, prefix string) int {
+	t.Helper()
+	return countSeries(t, "mccr_cluster_", func(cluster string) bool { return cluster != "" && strings.HasPrefix(cluster, prefix) })
+}
+
+// countSeries counts the series of the families named family… whose
+// cluster label matches.
+func countSeries(t *testing.T, family string, match func(cluster string) bool) int {
 	t.Helper()
 	families, err := metrics.Registry.Gather()
 	if err != nil {
@@ -220,11 +228,11 @@ func seriesOf(t *testing.T, prefix string) int {
 	}
 	n := 0
 	for _, mf := range families {
-		if !strings.HasPrefix(mf.GetName(), "mccr_cluster_") {
+		if !strings.HasPrefix(mf.GetName(), family) {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			if clusterLabel(m) != "" && strings.HasPrefix(clusterLabel(m), prefix) {
+			if match(clusterLabel(m)) {
 				n++
 			}
 		}
