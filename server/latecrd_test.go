@@ -2,15 +2,13 @@ package server_test
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/util/workqueue"
@@ -24,33 +22,12 @@ import (
 	"github.com/mccr-dev/mccr/test"
 )
 
-// widgetCRD writes a CRD for a namespaced kind Widget in a group of the
-// test's own (so that a run after another still finds it missing) and
-// returns the file and the kind.
-func widgetCRD(t *testing.T, ns string) (string, schema.GroupVersionKind) {
-	t.Helper()
+// widgetCRD returns a CRD for a namespaced kind Widget in a group of the
+// test's own (so that a run after another still finds it missing), and the
+// kind.
+func widgetCRD(ns string) (*apiextensionsv1.CustomResourceDefinition, schema.GroupVersionKind) {
 	group := strings.ReplaceAll(ns, "-", "") + ".mccr.test"
-	gvk := schema.GroupVersionKind{Group: group, Version: "v1", Kind: "Widget"}
-	manifest := fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: widgets.%[1]s
-spec:
-  group: %[1]s
-  scope: Namespaced
-  names: {plural: widgets, singular: widget, kind: Widget, listKind: WidgetList}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
-`, group)
-	path := filepath.Join(t.TempDir(), "widgets.yaml")
-	if err := os.WriteFile(path, []byte(manifest), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path, gvk
+	return test.OpenCRD(group, "Widget", true), schema.GroupVersionKind{Group: group, Version: "v1", Kind: "Widget"}
 }
 
 // TestLateCRDWaitsWithoutHoldingTheMember: a member whose reconciler setup
@@ -60,7 +37,7 @@ spec:
 // the cluster's own mccr_reconcile_ series, which leave with the cluster.
 func TestLateCRDWaitsWithoutHoldingTheMember(t *testing.T) {
 	ns := testNamespace(t)
-	crd, gvk := widgetCRD(t, ns)
+	crd, gvk := widgetCRD(ns)
 	r := startServer(t, ns, nil)
 	var widgets atomic.Int64
 	var firstWidget atomic.Int64 // unix nanos of the first Widget reconcile
@@ -100,7 +77,7 @@ func TestLateCRDWaitsWithoutHoldingTheMember(t *testing.T) {
 	})
 
 	installed := time.Now()
-	if err := test.InstallCRDs(fleet.Cluster("m1").Config, crd); err != nil {
+	if err := test.InstallCRDObjects(fleet.Cluster("m1").Config, crd); err != nil {
 		t.Fatal(err)
 	}
 	w := &unstructured.Unstructured{}

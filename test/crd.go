@@ -8,9 +8,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kubefedcrd "github.com/mccr-dev/mccr/apis/kubefed/crd"
@@ -71,5 +75,40 @@ func writeKubeFedCRD() (string, error) {
 // directories) into the cluster at cfg and waits until they are served.
 func InstallCRDs(cfg *rest.Config, paths ...string) error {
 	_, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: paths, ErrorIfPathMissing: true})
+	return err
+}
+
+// OpenCRD returns the CRD of a kind in group, served and stored as v1,
+// whose objects may hold any fields: for tests of kinds a cluster serves
+// only once the CRD is installed (late CRDs). The plural is the lower-case
+// kind with an "s". Install it with InstallCRDObjects.
+func OpenCRD(group, kind string, namespaced bool) *apiextensionsv1.CustomResourceDefinition {
+	plural := strings.ToLower(kind) + "s"
+	scope := apiextensionsv1.ClusterScoped
+	if namespaced {
+		scope = apiextensionsv1.NamespaceScoped
+	}
+	return &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: plural + "." + group},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: group,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{
+				Plural: plural, Singular: strings.ToLower(kind), Kind: kind, ListKind: kind + "List",
+			},
+			Scope: scope,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object", XPreserveUnknownFields: ptr.To(true),
+				}},
+			}},
+		},
+	}
+}
+
+// InstallCRDObjects installs crds into the cluster at cfg and waits until
+// they are served.
+func InstallCRDObjects(cfg *rest.Config, crds ...*apiextensionsv1.CustomResourceDefinition) error {
+	_, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{CRDs: crds})
 	return err
 }

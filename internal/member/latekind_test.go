@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
@@ -22,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/mccr-dev/mccr/internal/conntrack"
@@ -77,21 +75,7 @@ var crdSeq atomic.Int64
 // and the kind it serves.
 func widgetCRD() (*apiextensionsv1.CustomResourceDefinition, schema.GroupVersionKind) {
 	group := fmt.Sprintf("late%d.mccr.test", crdSeq.Add(1))
-	gvk := schema.GroupVersionKind{Group: group, Version: "v1", Kind: "Widget"}
-	return &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "widgets." + group},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: group,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList"},
-			Scope: apiextensionsv1.NamespaceScoped,
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
-				Name: "v1", Served: true, Storage: true,
-				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object", XPreserveUnknownFields: ptr.To(true),
-				}},
-			}},
-		},
-	}, gvk
+	return test.OpenCRD(group, "Widget", true), schema.GroupVersionKind{Group: group, Version: "v1", Kind: "Widget"}
 }
 
 func newUnstructured(gvk schema.GroupVersionKind) *unstructured.Unstructured {
@@ -180,7 +164,7 @@ func TestLateCRD(t *testing.T) {
 	}
 	awaitName(t, cms, "x", 10*time.Second, "the ConfigMap controller reconciles while the other waits for its CRD")
 
-	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{CRDs: []*apiextensionsv1.CustomResourceDefinition{crd}}); err != nil {
+	if err := test.InstallCRDObjects(cfg, crd); err != nil {
 		t.Fatal(err)
 	}
 	installed := time.Now() // served: InstallCRDs waits for that
