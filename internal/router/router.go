@@ -3,8 +3,12 @@
 //
 // Reads are a single atomic load of an immutable snapshot, so the hot path
 // takes no lock and never waits for a writer. Writers (cluster lifecycle
-// events and reachability changes, both rare) copy the snapshot under a
-// mutex and swap it in.
+// events and reachability changes, both rare) copy the snapshot's map under
+// a mutex and swap it in. A change to a known name replaces only that
+// name's entry (an atomic pointer), so the map is copied only when a name
+// comes or goes; the sorted lists are built once per snapshot, by the
+// first read that needs them. A fleet joining at once costs a map copy per
+// cluster, not a copy and a sort per change.
 package router
 
 import (
@@ -42,10 +46,33 @@ type route struct {
 }
 
 type snapshot struct {
-	routes  map[string]*route
+	routes map[string]*slot // shared by snapshots until a name comes or goes
+	once   sync.Once
+	lists  lists // built from routes by the first read that needs them
+}
+
+type lists struct {
 	names   []string        // every cluster, sorted
 	members []client.Member // every cluster this replica runs, sorted by name
 	ready   []client.Member // the Ready ones, sorted by name
+}
+
+// slot holds a name's current route.
+type slot struct{ atomic.Pointer[route] }
+
+// get returns name's current route.
+func (s *snapshot) get(name string) (*route, bool) {
+	sl, ok := s.routes[name]
+	if !ok {
+		return nil, false
+	}
+	return sl.Load(), true
+}
+
+// sorted returns the snapshot's lists, building them on first use.
+func (s *snapshot) sorted() *lists {
+	s.once.Do(func() { s.lists = listsOf(s.routes) })
+	return &s.lists
 }
 
 // Table maps cluster names to clients. The zero value is an empty table. It
@@ -70,7 +97,7 @@ func (t *Table) load() *snapshot {
 // when that client stops being its route. An entry without a client (no
 // running Manager) is ErrClusterNotReady.
 func (t *Table) Route(name string) (client.Member, error) {
-	r, ok := t.load().routes[name]
+	r, ok := t.load().get(name)
 	switch {
 	case !ok:
 		return client.Member{}, client.NotFound(name)
@@ -86,7 +113,7 @@ func (t *Table) Route(name string) (client.Member, error) {
 // unreachable still has one: single-cluster calls go to it as they would
 // to a single-cluster Manager whose API server is down.
 func (t *Table) Cluster(name string) (crclient.Client, error) {
-	r, ok := t.load().routes[name]
+	r, ok := t.load().get(name)
 	switch {
 	case !ok:
 		return nil, client.NotFound(name)
@@ -99,15 +126,15 @@ func (t *Table) Cluster(name string) (crclient.Client, error) {
 }
 
 // Members returns every cluster, Ready or not, sorted by name.
-func (t *Table) Members() []client.Member { return t.load().members }
+func (t *Table) Members() []client.Member { return t.load().sorted().members }
 
 // ReadyClusters returns the clusters that are Ready and reachable, sorted by
 // name.
-func (t *Table) ReadyClusters() []client.Member { return t.load().ready }
+func (t *Table) ReadyClusters() []client.Member { return t.load().sorted().ready }
 
 // Names returns every known cluster name, Ready or not, sorted.
 func (t *Table) Names() []string {
-	return slices.Clone(t.load().names)
+	return slices.Clone(t.load().sorted().names)
 }
 
 // Set records name with c as its client (nil: known, no running Manager)
@@ -120,15 +147,14 @@ func (t *Table) Names() []string {
 // with fresh caches). Setting the same client again only updates ready.
 func (t *Table) Set(name string, c crclient.Client, ready bool) {
 	ready = ready && c != nil
-	t.update(func(m map[string]*route) {
-		old := m[name]
+	t.update(name, func(old *route) *route {
 		if old != nil && old.client == c && !old.elsewhere {
-			if old.ready != ready {
-				next := *old
-				next.ready = ready
-				m[name] = &next
+			if old.ready == ready {
+				return old
 			}
-			return
+			next := *old
+			next.ready = ready
+			return &next
 		}
 		if old != nil && old.cancel != nil {
 			old.cancel()
@@ -137,7 +163,7 @@ func (t *Table) Set(name string, c crclient.Client, ready bool) {
 		if c != nil {
 			r.ctx, r.cancel = context.WithCancel(context.Background())
 		}
-		m[name] = r
+		return r
 	})
 }
 
@@ -146,27 +172,24 @@ func (t *Table) Set(name string, c crclient.Client, ready bool) {
 // client.ErrClusterElsewhere, and fleet-wide calls leave it out. Set makes
 // it this replica's again.
 func (t *Table) SetElsewhere(name, owner string) {
-	t.update(func(m map[string]*route) {
-		old := m[name]
+	t.update(name, func(old *route) *route {
 		if old != nil && old.elsewhere && old.owner == owner {
-			return
+			return old
 		}
 		if old != nil && old.cancel != nil {
 			old.cancel()
 		}
-		m[name] = &route{elsewhere: true, owner: owner}
+		return &route{elsewhere: true, owner: owner}
 	})
 }
 
 // Remove forgets name.
 func (t *Table) Remove(name string) {
-	t.update(func(m map[string]*route) {
-		if old := m[name]; old != nil {
-			if old.cancel != nil {
-				old.cancel()
-			}
-			delete(m, name)
+	t.update(name, func(old *route) *route {
+		if old != nil && old.cancel != nil {
+			old.cancel()
 		}
+		return nil
 	})
 }
 
@@ -178,31 +201,67 @@ func (t *Table) Remove(name string) {
 // error of an outage is kept, so repeated reports cost one atomic load.
 // Unknown and not-Ready names are ignored.
 func (t *Table) SetUnreachable(name string, err error) {
-	r, ok := t.load().routes[name]
+	r, ok := t.load().get(name)
 	if !ok || r.client == nil || (r.unreachable == nil) == (err == nil) {
 		return
 	}
-	t.update(func(m map[string]*route) {
-		old := m[name]
+	t.update(name, func(old *route) *route {
 		if old == nil || old.client == nil || (old.unreachable == nil) == (err == nil) {
-			return
+			return old
 		}
 		next := *old
 		next.unreachable = err
-		m[name] = &next
+		return &next
 	})
 }
 
-func (t *Table) update(change func(map[string]*route)) {
+// update replaces name's route with what change makes of it (old is nil
+// for an unknown name; returning old changes nothing, nil removes the
+// name) and publishes a new snapshot.
+func (t *Table) update(name string, change func(old *route) *route) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	old := t.load()
-	m := make(map[string]*route, len(old.routes)+1)
-	maps.Copy(m, old.routes)
-	change(m)
-	next := &snapshot{routes: m, members: make([]client.Member, 0, len(m)), names: make([]string, 0, len(m))}
-	for n, r := range m {
-		next.names = append(next.names, n)
+	cur := t.load()
+	sl := cur.routes[name]
+	var old *route
+	if sl != nil {
+		old = sl.Load()
+	}
+	next := change(old)
+	if next == old {
+		return
+	}
+	routes := cur.routes
+	switch {
+	case next == nil:
+		routes = maps.Clone(routes)
+		delete(routes, name)
+	case sl == nil:
+		routes = maps.Clone(routes)
+		if routes == nil {
+			routes = map[string]*slot{}
+		}
+		sl = &slot{}
+		sl.Store(next)
+		routes[name] = sl
+	default:
+		sl.Store(next)
+	}
+	t.cur.Store(&snapshot{routes: routes})
+}
+
+// listsOf builds the sorted lists from each name's route as it is now,
+// reading each route once.
+func listsOf(m map[string]*slot) lists {
+	type entry struct {
+		mem   client.Member
+		ready bool
+	}
+	l := lists{names: make([]string, 0, len(m))}
+	entries := make([]entry, 0, len(m))
+	for n, sl := range m {
+		r := sl.Load()
+		l.names = append(l.names, n)
 		if r.elsewhere {
 			continue // another replica's: not in this one's fleet-wide calls
 		}
@@ -215,14 +274,16 @@ func (t *Table) update(change func(map[string]*route)) {
 		case r.unreachable != nil:
 			mem.Err = client.Unreachable(n, r.unreachable)
 		}
-		next.members = append(next.members, mem)
+		entries = append(entries, entry{mem, mem.Err == nil && r.ready})
 	}
-	slices.Sort(next.names)
-	slices.SortFunc(next.members, func(a, b client.Member) int { return strings.Compare(a.Name, b.Name) })
-	for _, mem := range next.members {
-		if mem.Err == nil && m[mem.Name].ready {
-			next.ready = append(next.ready, mem)
+	slices.Sort(l.names)
+	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.mem.Name, b.mem.Name) })
+	l.members = make([]client.Member, 0, len(entries))
+	for _, e := range entries {
+		l.members = append(l.members, e.mem)
+		if e.ready {
+			l.ready = append(l.ready, e.mem)
 		}
 	}
-	t.cur.Store(next)
+	return l
 }

@@ -2,8 +2,10 @@ package router
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -50,5 +52,107 @@ func TestElsewhere(t *testing.T) {
 	}
 	if n := len(tab.ReadyClusters()); n != 2 {
 		t.Errorf("%d ready clusters, want 2", n)
+	}
+}
+
+// TestListsFollowEveryChange: the sorted lists (built once per snapshot,
+// on first read) always show the table as the last change left it, also
+// while writers change entries in place and readers read concurrently.
+func TestListsFollowEveryChange(t *testing.T) {
+	var tab Table
+	c := fake.NewClientBuilder().Build()
+	names := []string{"d", "b", "a", "c"}
+	for _, n := range names {
+		tab.Set(n, nil, false)
+		_ = tab.Members() // build this snapshot's lists before the next change
+	}
+	tab.Set("b", c, false)
+	tab.Set("c", c, true)
+	tab.SetUnreachable("c", errors.New("down"))
+	tab.Set("a", c, true)
+	tab.Remove("d")
+
+	if got := tab.Names(); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("Names() = %v", got)
+	}
+	errs := map[string]error{}
+	for _, m := range tab.Members() {
+		errs[m.Name] = m.Err
+	}
+	if errs["a"] != nil || errs["b"] != nil || !errors.Is(errs["c"], client.ErrClusterUnreachable) {
+		t.Errorf("Members() errors = %v, want a and b nil, c unreachable", errs)
+	}
+	if ready := tab.ReadyClusters(); len(ready) != 1 || ready[0].Name != "a" {
+		t.Errorf("ReadyClusters() = %v, want only a (b syncs, c unreachable)", ready)
+	}
+
+	// Concurrent writers on known and new names, readers checking that
+	// every list they see is sorted and consistent with itself.
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	for range 2 {
+		readers.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				members, ready := tab.Members(), tab.ReadyClusters()
+				if !slices.IsSortedFunc(members, func(a, b client.Member) int { return strings.Compare(a.Name, b.Name) }) {
+					t.Error("Members() not sorted")
+					return
+				}
+				for _, r := range ready {
+					if r.Err != nil || r.Client == nil {
+						t.Errorf("ReadyClusters() holds %s with error %v, client %v", r.Name, r.Err, r.Client)
+						return
+					}
+				}
+			}
+		})
+	}
+	var writers sync.WaitGroup
+	for w := range 4 {
+		writers.Go(func() {
+			for i := range 16 * 20 { // 16 rounds over 20 names
+				n := fmt.Sprintf("w%d-%d", w, i%20)
+				switch i / 20 % 4 {
+				case 0:
+					tab.Set(n, nil, false)
+				case 1:
+					tab.Set(n, c, true)
+				case 2:
+					tab.SetUnreachable(n, errors.New("down"))
+				case 3:
+					tab.Remove(n)
+				}
+			}
+		})
+	}
+	writers.Wait()
+	close(stop)
+	readers.Wait()
+	// Every writer's last round removed its names.
+	if got := tab.Names(); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("Names() after the writers = %v", got)
+	}
+}
+
+// BenchmarkJoin is a fleet of 1,000 joining: each name is added, gets its
+// client and turns Ready, as a member's start does.
+func BenchmarkJoin(b *testing.B) {
+	c := fake.NewClientBuilder().Build()
+	names := make([]string, 1000)
+	for i := range names {
+		names[i] = fmt.Sprintf("cluster-%04d", i)
+	}
+	for b.Loop() {
+		var tab Table
+		for _, n := range names {
+			tab.Set(n, nil, false)
+			tab.Set(n, c, false)
+			tab.Set(n, c, true)
+		}
 	}
 }
