@@ -29,18 +29,21 @@ import (
 // start, wait for sync, run) spaced by backoff. It reports to its cluster
 // record, which ignores it once it is no longer the live generation.
 type generation struct {
-	c     *cluster
-	cfg   *config.NamedConfig
-	log   logr.Logger
-	kicks chan struct{} // setups were added
-	done  chan struct{} // closed once its last Manager has stopped
+	c    *cluster
+	cfg  *config.NamedConfig
+	log  logr.Logger
+	done chan struct{} // closed once its last Manager has stopped
+
+	lateMu sync.Mutex
+	late   *lateSetups    // the running attempt's, told when setups are added
+	lateWG sync.WaitGroup // late setups being applied
 
 	ctx    context.Context
 	cancel context.CancelFunc
 }
 
 func newGeneration(c *cluster, nc *config.NamedConfig) *generation {
-	return &generation{c: c, cfg: nc, log: c.log, kicks: make(chan struct{}, 1), done: make(chan struct{})}
+	return &generation{c: c, cfg: nc, log: c.log, done: make(chan struct{})}
 }
 
 // begin derives the generation's context; called once, before run.
@@ -55,10 +58,51 @@ func (g *generation) stop() { g.cancel() }
 // (the host's leadership) ended.
 func (g *generation) stopping() bool { return g.ctx.Err() != nil }
 
+// kick tells the running attempt, if any, that setups were added: they
+// are applied in a goroutine of their own, so no goroutine waits for
+// setups while the member runs.
 func (g *generation) kick() {
-	select {
-	case g.kicks <- struct{}{}:
-	default:
+	g.lateMu.Lock()
+	defer g.lateMu.Unlock()
+	if g.late != nil {
+		g.lateWG.Go(g.late.run)
+	}
+}
+
+// follow makes l the setups kick applies to (nil: none), applying at
+// once those added since its Manager was set up. With nil, it returns once
+// no late setup is being applied.
+func (g *generation) follow(l *lateSetups) {
+	g.lateMu.Lock()
+	g.late = l
+	if l != nil {
+		g.lateWG.Go(l.run)
+	}
+	g.lateMu.Unlock()
+	if l == nil {
+		g.lateWG.Wait()
+	}
+}
+
+// lateSetups applies to one Manager the setups registered after it was
+// set up, in order, each once.
+type lateSetups struct {
+	setups *setupList
+	ctx    context.Context // the attempt's: none is applied once it ends
+	apply  func(i int, setup func(ctrl.Manager) error) bool
+
+	mu      sync.Mutex
+	applied int
+}
+
+func (l *lateSetups) run() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	setups := l.setups.snapshot()
+	for ; l.applied < len(setups) && l.ctx.Err() == nil; l.applied++ {
+		if !l.apply(l.applied, setups[l.applied]) {
+			return
+		}
 	}
 }
 
@@ -140,7 +184,6 @@ func (g *generation) attempt() (wasReady bool, err error) {
 			return false, fmt.Errorf("reconciler setup %s: %w", setupName(i, setup), err)
 		}
 	}
-	applied := len(setups)
 
 	// Calls aimed at the cluster reach its Manager from now on (reads wait
 	// for its cache to start and sync); fleet-wide Lists wait for it too.
@@ -163,26 +206,21 @@ func (g *generation) attempt() (wasReady bool, err error) {
 			end.stop(fmt.Errorf("caches not synced within %s: %w", e.opts.CacheSyncTimeout, g.c.lastErrorOr(context.DeadlineExceeded)))
 		}
 	}()
-	mgrDone := make(chan error, 1)
-	go func() { mgrDone <- mgr.Start(actx) }()
-	// Setups registered while the member runs are applied here, in the
-	// attempt's own goroutine: exactly once per Manager, under no lock.
-	for err == nil {
-		select {
-		case err = <-mgrDone:
-			if err == nil {
-				err = errManagerReturned
-			}
-			continue
-		case <-g.kicks:
+	// Setups registered while the member runs are applied by lateSetups,
+	// each under no lock, exactly once per Manager; the attempt's own
+	// goroutine runs the Manager.
+	late := &lateSetups{applied: len(setups), apply: func(i int, setup func(ctrl.Manager) error) bool {
+		if serr := callSetup(setup, mgr); serr != nil {
+			end.stop(fmt.Errorf("reconciler setup %s: %w", setupName(i, setup), serr))
+			return false
 		}
-		setups = e.setups.snapshot()
-		for ; applied < len(setups); applied++ {
-			if serr := callSetup(setups[applied], mgr); serr != nil {
-				end.stop(fmt.Errorf("reconciler setup %s: %w", setupName(applied, setups[applied]), serr))
-				break
-			}
-		}
+		return true
+	}, setups: e.setups, ctx: actx}
+	g.follow(late)
+	err = mgr.Start(actx)
+	g.follow(nil)
+	if err == nil {
+		err = errManagerReturned
 	}
 	cancel()
 	<-syncDone

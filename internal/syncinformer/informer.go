@@ -1,11 +1,13 @@
 package syncinformer
 
 import (
+	"context"
 	"reflect"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 )
 
@@ -148,3 +150,18 @@ func (r *registration) HasSyncedChecker() toolscache.DoneChecker {
 func (r *registration) HasSynced() bool {
 	return r.ResourceEventHandlerRegistration.HasSynced() || r.informer.forbidden.Has(r.informer.kind)
 }
+
+// RunWithContext runs the informer under a cancelable context of its own.
+// controller-runtime hands informers a context made from a stop channel,
+// and every context derived from one of that kind costs a goroutine of
+// the context package for as long as it lives: the reflector derives two
+// per watch. Derived from a standard cancelable context they cost none, so
+// this one goroutine stands for them.
+func (i *informer) RunWithContext(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	i.SharedIndexInformer.RunWithContext(ctx)
+}
+
+// Run runs the informer until stop closes, as RunWithContext.
+func (i *informer) Run(stop <-chan struct{}) { i.RunWithContext(wait.ContextForChannel(stop)) }
