@@ -170,11 +170,12 @@ func (g *generation) attempt() (wasReady bool, err error) {
 			},
 		}
 	})
-	if err := probe(g.ctx, cfg, e.opts.ProbeTimeout); err != nil {
+	core, err := probe(g.ctx, cfg, e.opts.ProbeTimeout)
+	if err != nil {
 		return false, err
 	}
 
-	mgr, err := g.build(lease, end)
+	mgr, err := g.build(lease, end, core)
 	if err != nil {
 		return false, err
 	}
@@ -286,7 +287,7 @@ func managerStopped(err error) error {
 }
 
 // build creates the member's Manager for this attempt.
-func (g *generation) build(lease *conntrack.Lease, end *stopper) (*membermgr.Manager, error) {
+func (g *generation) build(lease *conntrack.Lease, end *stopper, core []byte) (*membermgr.Manager, error) {
 	o := g.c.env.memberOpts
 	name, log := g.c.name, g.log
 	userHandler := o.Cache.DefaultWatchErrorHandler
@@ -320,8 +321,9 @@ func (g *generation) build(lease *conntrack.Lease, end *stopper) (*membermgr.Man
 			co.Scheme = o.Scheme
 			co.MapperProvider = o.MapperProvider
 			if o.MapperProvider == nil {
-				// Names that reach one API server as one user share its mapper.
-				co.MapperProvider = lease.MapperProvider(nil)
+				// Names that reach one API server as one user share its
+				// mapper, which starts from the probe's core resources.
+				co.MapperProvider = lease.MapperProvider(seededMapper(core))
 			}
 			co.Cache = cacheOpts
 			co.NewCache = o.NewCache
@@ -429,7 +431,7 @@ func (g *generation) watchOutage(end *stopper) {
 			return
 		case <-t.C:
 		}
-		err := probe(end.ctx, end.cfg, e.opts.ProbeTimeout)
+		_, err := probe(end.ctx, end.cfg, e.opts.ProbeTimeout)
 		switch {
 		case err != nil && !down:
 			down = true

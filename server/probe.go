@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"reflect"
 	"runtime"
 	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -18,28 +21,51 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/internal/conntrack"
+	"github.com/mccr-dev/mccr/internal/leanmapper"
 )
 
 // probe checks, before a Manager is built, that the API server answers and
 // accepts the credentials: discovery is open to every authenticated user,
 // so 401 or 403 means bad credentials and a dial error means unreachable.
 // It fails fast where a Manager would wait for its cache sync timeout.
-func probe(ctx context.Context, cfg *rest.Config, timeout time.Duration) error {
+//
+// It reads the core group's resource list (GET /api/v1), which it returns:
+// the member's REST mapper starts from it (see seededMapper), so the
+// probe costs no request of its own.
+func probe(ctx context.Context, cfg *rest.Config, timeout time.Duration) ([]byte, error) {
 	c := rest.CopyConfig(cfg)
 	c.NegotiatedSerializer = serializer.WithoutConversionCodecFactory{CodecFactory: scheme.Codecs}
 	rc, err := rest.UnversionedRESTClientFor(c)
 	if err != nil {
-		return config.RedactError(fmt.Errorf("building probe client: %w", err))
+		return nil, config.RedactError(fmt.Errorf("building probe client: %w", err))
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if err := rc.Get().AbsPath("/api").Do(pctx).Error(); err != nil {
+	body, err := rc.Get().AbsPath(leanmapper.GroupVersionPath("v1")).SetHeader("Accept", "application/json").Do(pctx).Raw()
+	if err != nil {
 		if apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
-			return fmt.Errorf("API server %s rejected the credentials: %w", config.RedactURL(cfg.Host), err)
+			return nil, fmt.Errorf("API server %s rejected the credentials: %w", config.RedactURL(cfg.Host), err)
 		}
-		return fmt.Errorf("API server %s unreachable: %w", config.RedactURL(cfg.Host), err)
+		return nil, fmt.Errorf("API server %s unreachable: %w", config.RedactURL(cfg.Host), err)
 	}
-	return nil
+	return body, nil
+}
+
+// seededMapper is a MapperProvider for leanmapper mappers that start with
+// core, the core group's resource list the probe read. A list that does
+// not decode is left out: the mapper asks for it itself.
+func seededMapper(core []byte) conntrack.MapperProvider {
+	return func(c *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
+		m, err := leanmapper.New(c, hc)
+		if err != nil {
+			return nil, err
+		}
+		if lm, ok := m.(*leanmapper.Mapper); ok && core != nil {
+			_ = lm.Seed(schema.GroupVersion{Version: "v1"}, core)
+		}
+		return m, nil
+	}
 }
 
 func isConnectionError(err error) bool {

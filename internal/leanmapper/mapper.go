@@ -1,6 +1,7 @@
 package leanmapper
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -35,7 +36,8 @@ type resource struct {
 // gvState is a group-version's discovery: its resources once fetched, or
 // the time a fetch found it not served.
 type gvState struct {
-	resources []resource
+	resources []resource // shared with every Mapper that read the same document: read only
+	list      *resourceList
 	served    bool
 	fetched   time.Time
 }
@@ -46,10 +48,29 @@ type call struct {
 	err  error
 }
 
-// discoverer is what a Mapper asks (a *discovery.DiscoveryClient).
+// discoverer is what a Mapper asks (httpDiscoverer).
 type discoverer interface {
-	ServerResourcesForGroupVersion(groupVersion string) (*metav1.APIResourceList, error)
+	// GroupVersion returns the JSON resource list of groupVersion; a
+	// group-version not served is an error apierrors.IsNotFound knows.
+	GroupVersion(groupVersion string) ([]byte, error)
 	ServerGroups() (*metav1.APIGroupList, error)
+}
+
+// httpDiscoverer asks the API server through a discovery client.
+type httpDiscoverer struct{ *discovery.DiscoveryClient }
+
+func (d httpDiscoverer) GroupVersion(gv string) ([]byte, error) {
+	return d.RESTClient().Get().AbsPath(GroupVersionPath(gv)).
+		SetHeader("Accept", "application/json").Do(context.TODO()).Raw()
+}
+
+// GroupVersionPath is where the API server serves groupVersion's
+// resource list: /api/v1 for the core group, /apis/<group>/<version> else.
+func GroupVersionPath(groupVersion string) string {
+	if groupVersion == "v1" {
+		return "/api/v1"
+	}
+	return "/apis/" + groupVersion
 }
 
 // Mapper is a meta.RESTMapper that discovers group-versions one at a
@@ -82,7 +103,7 @@ func New(cfg *rest.Config, httpClient *http.Client) (meta.RESTMapper, error) {
 	// The group list is read in its plain form: the aggregated one
 	// carries every resource of every group.
 	dc.UseLegacyDiscovery = true
-	return newMapper(dc), nil
+	return newMapper(httpDiscoverer{dc}), nil
 }
 
 func newMapper(dc discoverer) *Mapper {
@@ -132,12 +153,16 @@ func (m *Mapper) resources(gv schema.GroupVersion, want func([]resource) bool) (
 
 // fetch asks for gv's resources and records the answer; c ends when it is.
 func (m *Mapper) fetch(gv schema.GroupVersion, c *call) {
-	list, err := m.dc.ServerResourcesForGroupVersion(gv.String())
+	body, err := m.dc.GroupVersion(gv.String())
 	st := &gvState{fetched: m.now()}
 	switch {
 	case err == nil:
-		st.served = true
-		st.resources = compact(list)
+		st.list, err = decode(body)
+		if err != nil {
+			err = fmt.Errorf("decoding the resources of %s: %w", gv, err)
+			break
+		}
+		st.served, st.resources = true, st.list.resources
 	case apierrors.IsNotFound(err):
 		err = nil
 	default:
@@ -151,6 +176,22 @@ func (m *Mapper) fetch(gv schema.GroupVersion, c *call) {
 	c.err = err
 	m.mu.Unlock()
 	close(c.done)
+}
+
+// Seed records body, the JSON resource list of gv the caller read from the
+// API server (GET GroupVersionPath), as if the Mapper had fetched it now:
+// a member's probe reads the core group's, which its controllers map
+// first, so that they need not ask again. A body that does not decode is
+// an error and changes nothing.
+func (m *Mapper) Seed(gv schema.GroupVersion, body []byte) error {
+	list, err := decode(body)
+	if err != nil {
+		return fmt.Errorf("decoding the resources of %s: %w", gv, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.gvs[gv] = &gvState{list: list, resources: list.resources, served: true, fetched: m.now()}
+	return nil
 }
 
 // compact keeps of list what mapping needs: top-level resources (no

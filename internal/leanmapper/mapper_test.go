@@ -1,7 +1,10 @@
 package leanmapper
 
 import (
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -199,7 +202,7 @@ type fakeDiscovery struct {
 	err   error
 }
 
-func (f *fakeDiscovery) ServerResourcesForGroupVersion(gv string) (*metav1.APIResourceList, error) {
+func (f *fakeDiscovery) GroupVersion(gv string) ([]byte, error) {
 	f.calls.Add(1)
 	if f.gate != nil {
 		<-f.gate
@@ -209,7 +212,7 @@ func (f *fakeDiscovery) ServerResourcesForGroupVersion(gv string) (*metav1.APIRe
 	if f.err != nil {
 		return nil, f.err
 	}
-	return &metav1.APIResourceList{GroupVersion: gv, APIResources: widgetResources("widget")}, nil
+	return json.Marshal(&metav1.APIResourceList{GroupVersion: gv, APIResources: widgetResources("widget")})
 }
 
 func (f *fakeDiscovery) ServerGroups() (*metav1.APIGroupList, error) {
@@ -261,4 +264,77 @@ func TestErrorsNotKept(t *testing.T) {
 	if n := fd.calls.Load(); n != 2 {
 		t.Errorf("%d requests, want 2", n)
 	}
+}
+
+// TestSeedSavesTheRequest: a resource list read by someone else (a
+// member's probe) serves the mappings without a request; a body that is
+// not a resource list is refused and changes nothing.
+func TestSeedSavesTheRequest(t *testing.T) {
+	s, m, now := fakeMapper(t)
+	core := schema.GroupVersion{Version: "v1"}
+	if err := m.Seed(core, []byte(`{"kind":"APIResourceList"`)); err == nil {
+		t.Error("Seed of a truncated body succeeded")
+	}
+	body, err := json.Marshal(&metav1.APIResourceList{GroupVersion: "v1", APIResources: []metav1.APIResource{
+		{Name: "configmaps", SingularName: "configmap", Namespaced: true, Kind: "ConfigMap"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Seed(core, body); err != nil {
+		t.Fatal(err)
+	}
+	before := s.RequestCount()
+	if mp, err := m.RESTMapping(schema.GroupKind{Kind: "ConfigMap"}, "v1"); err != nil || mp.Resource.Resource != "configmaps" {
+		t.Fatalf("RESTMapping(ConfigMap) = %v, %v", mp, err)
+	}
+	if got := s.RequestCount() - before; got != 0 {
+		t.Errorf("%d requests after Seed, want 0", got)
+	}
+	// A kind the seed lacks is looked for again, as after a fetch.
+	*now = now.Add(2 * negativeTTL)
+	if _, err := m.RESTMapping(schema.GroupKind{Kind: "Secret"}, "v1"); err != nil {
+		t.Errorf("RESTMapping(Secret) once the seed is older than negativeTTL: %v", err)
+	}
+	if got := s.RequestCount() - before; got != 1 {
+		t.Errorf("%d requests for a kind the seed lacks, want 1", got)
+	}
+}
+
+// TestMappersShareDecodedLists: mappers that read the same document keep
+// one decoded copy of it, and the copy goes once no mapper holds it.
+func TestMappersShareDecodedLists(t *testing.T) {
+	body, err := json.Marshal(&metav1.APIResourceList{GroupVersion: "v1", APIResources: widgetResources("shared-test-widget")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := newMapper(&fakeDiscovery{}), newMapper(&fakeDiscovery{})
+	gv := schema.GroupVersion{Group: "shared.example.com", Version: "v1"}
+	for _, m := range []*Mapper{a, b} {
+		if err := m.Seed(gv, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.gvs[gv].list != b.gvs[gv].list {
+		t.Error("two mappers decoded the same document into two copies")
+	}
+	sum := sha256.Sum256(body)
+	runtime.KeepAlive(a)
+	runtime.KeepAlive(b)
+	a, b = nil, nil
+	deadline := time.Now().Add(10 * time.Second)
+	for lookupEntry(sum) {
+		if time.Now().After(deadline) {
+			t.Fatal("the decoded list is still kept once no mapper holds it")
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func lookupEntry(sum [sha256.Size]byte) bool {
+	decoded.mu.Lock()
+	defer decoded.mu.Unlock()
+	_, ok := decoded.m[sum]
+	return ok
 }
