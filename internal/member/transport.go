@@ -28,12 +28,43 @@ func httpClients(lifetime context.Context, cfg *rest.Config) (member, mapper *ht
 	if err != nil {
 		return nil, nil, err
 	}
-	member = &http.Client{Transport: &lifetimeTransport{next: base.Transport, lifetime: lifetime}, Timeout: base.Timeout, Jar: base.Jar}
-	mapper = &http.Client{Transport: base.Transport, Timeout: discoveryTimeout, Jar: base.Jar}
+	rt := base.Transport
+	if rt == nil { // client-go's http.DefaultClient: no TLS, no wrappers
+		rt = http.DefaultTransport
+	}
+	member = &http.Client{Transport: &lifetimeTransport{next: plainWatches{rt}, lifetime: lifetime}, Timeout: base.Timeout, Jar: base.Jar}
+	mapper = &http.Client{Transport: rt, Timeout: discoveryTimeout, Jar: base.Jar}
 	if base.Timeout > 0 && base.Timeout < discoveryTimeout {
 		mapper.Timeout = base.Timeout
 	}
 	return member, mapper, nil
+}
+
+// plainWatches asks for watch streams without compression. Go's transport
+// asks for gzip on its own, and the API server compresses a watch stream
+// then: a stream of small events that stays open for the member's life,
+// which holds a 32 KiB decompression window (and some 10 KiB of reader
+// state) in the member, as many on the server, and costs CPU on both
+// sides per event. A request that sets Accept-Encoding itself, and every
+// other request (a large List compresses well), is left as it is.
+type plainWatches struct{ next http.RoundTripper }
+
+func (t plainWatches) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Header.Get("Accept-Encoding") != "" || !isWatch(req) {
+		return t.next.RoundTrip(req)
+	}
+	req = req.Clone(req.Context())
+	req.Header.Set("Accept-Encoding", "identity")
+	return t.next.RoundTrip(req)
+}
+
+// WrappedRoundTripper lets client-go's helpers see through the wrapper.
+func (t plainWatches) WrappedRoundTripper() http.RoundTripper { return t.next }
+
+// isWatch reports whether req opens a watch (client-go sets watch=true).
+func isWatch(req *http.Request) bool {
+	w := req.URL.Query().Get("watch")
+	return w == "true" || w == "1"
 }
 
 // lifetimeTransport ends each request (and the reading of its body, a
