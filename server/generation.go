@@ -307,7 +307,8 @@ func (g *generation) build(lease *conntrack.Lease, end *stopper, core []byte) (*
 		ctrlOpts.Logger = log
 	}
 	return membermgr.Build(lease.Config, membermgr.BuildOptions{
-		Lifetime: end.ctx,
+		Lifetime:        end.ctx,
+		CompressWatches: g.c.env.opts.CompressWatches,
 		Options: membermgr.Options{
 			Logger:     log,
 			Controller: ctrlOpts,

@@ -59,9 +59,11 @@ type discoverer interface {
 // httpDiscoverer asks the API server through a discovery client.
 type httpDiscoverer struct{ *discovery.DiscoveryClient }
 
+// GroupVersion asks with no context of its own, as client-go's discovery
+// does: meta.RESTMapper carries none. The HTTP client's timeout bounds it.
 func (d httpDiscoverer) GroupVersion(gv string) ([]byte, error) {
 	return d.RESTClient().Get().AbsPath(GroupVersionPath(gv)).
-		SetHeader("Accept", "application/json").Do(context.TODO()).Raw()
+		SetHeader("Accept", "application/json").Do(context.Background()).Raw()
 }
 
 // GroupVersionPath is where the API server serves groupVersion's

@@ -224,6 +224,9 @@ type BuildOptions struct {
 	// its cache (an informer that has not synced) return then. Defaults to
 	// a context that never ends.
 	Lifetime context.Context
+	// CompressWatches keeps Go's gzip on watch requests; by default they
+	// ask for an uncompressed stream (see plainWatches).
+	CompressWatches bool
 }
 
 // Build creates the Cluster of a member from cfg and the Manager around
@@ -236,7 +239,7 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 	}
 	forbidden := syncinformer.NewKinds()
 	waiting := newKindSet()
-	memberHC, mapperHC, err := httpClients(lifetime, cfg)
+	memberHC, mapperHC, err := httpClients(lifetime, cfg, opts.CompressWatches)
 	if err != nil {
 		return nil, fmt.Errorf("creating HTTP client: %w", err)
 	}

@@ -19,11 +19,12 @@ import (
 const discoveryTimeout = 30 * time.Second
 
 // httpClients returns the HTTP client a member's cache and client use,
-// whose every request also ends when lifetime does, and the one for its
+// whose every request also ends when lifetime does (and whose watches are
+// uncompressed unless compressWatches), and the one for its
 // REST mapper. The mapper may be shared with other members of the same API
 // server and identity, so it must not die with this one: its requests are
 // bounded by discoveryTimeout instead.
-func httpClients(lifetime context.Context, cfg *rest.Config) (member, mapper *http.Client, err error) {
+func httpClients(lifetime context.Context, cfg *rest.Config, compressWatches bool) (member, mapper *http.Client, err error) {
 	base, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, nil, err
@@ -32,7 +33,11 @@ func httpClients(lifetime context.Context, cfg *rest.Config) (member, mapper *ht
 	if rt == nil { // client-go's http.DefaultClient: no TLS, no wrappers
 		rt = http.DefaultTransport
 	}
-	member = &http.Client{Transport: &lifetimeTransport{next: plainWatches{rt}, lifetime: lifetime}, Timeout: base.Timeout, Jar: base.Jar}
+	memberRT := rt
+	if !compressWatches {
+		memberRT = plainWatches{rt}
+	}
+	member = &http.Client{Transport: &lifetimeTransport{next: memberRT, lifetime: lifetime}, Timeout: base.Timeout, Jar: base.Jar}
 	mapper = &http.Client{Transport: rt, Timeout: discoveryTimeout, Jar: base.Jar}
 	if base.Timeout > 0 && base.Timeout < discoveryTimeout {
 		mapper.Timeout = base.Timeout

@@ -14,7 +14,8 @@ import (
 
 // TestWatchesAreNotCompressed: a member's watch requests ask for an
 // uncompressed stream; its other requests still accept gzip (and get it
-// decoded), and a request that chose its encoding keeps it.
+// decoded), and a request that chose its encoding keeps it. With
+// compressWatches, watches are left as Go's transport makes them.
 func TestWatchesAreNotCompressed(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]string{} // request URI → Accept-Encoding
@@ -32,7 +33,7 @@ func TestWatchesAreNotCompressed(t *testing.T) {
 		_, _ = io.WriteString(w, "body")
 	}))
 	defer srv.Close()
-	member, _, err := httpClients(context.Background(), &rest.Config{Host: srv.URL})
+	member, _, err := httpClients(context.Background(), &rest.Config{Host: srv.URL}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,10 +71,22 @@ func TestWatchesAreNotCompressed(t *testing.T) {
 		"/api/v1/secrets?watch=true":                      "br",
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	for uri, enc := range want {
 		if seen[uri] != enc {
 			t.Errorf("GET %s sent Accept-Encoding %q, want %q", uri, seen[uri], enc)
 		}
+	}
+	mu.Unlock()
+
+	// With compressWatches, watches ask for gzip as Go's transport does.
+	member, _, err = httpClients(context.Background(), &rest.Config{Host: srv.URL}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get("/api/v1/pods?watch=true", "")
+	mu.Lock()
+	defer mu.Unlock()
+	if enc := seen["/api/v1/pods?watch=true"]; enc != "gzip" {
+		t.Errorf("with compressWatches, a watch sent Accept-Encoding %q, want gzip", enc)
 	}
 }
