@@ -221,10 +221,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
 	if !s.delay(r) {
 		// Answer only a client that still waits: one that gave up must see
-		// its own ctx error, not a reply that raced it.
-		if r.Context().Err() == nil {
-			writeError(w, apierrors.NewServiceUnavailable("shutting down"))
+		// its own ctx error, not a reply that raced it. Returning without
+		// a word would be one (an empty 200): abort the response instead.
+		if r.Context().Err() != nil {
+			panic(http.ErrAbortHandler)
 		}
+		writeError(w, apierrors.NewServiceUnavailable("shutting down"))
 		return
 	}
 	if s.unauthorized.Load() || r.Header.Get("Authorization") != "Bearer "+s.token {
