@@ -5,10 +5,11 @@
 // takes no lock and never waits for a writer. Writers (cluster lifecycle
 // events and reachability changes, both rare) copy the snapshot's map under
 // a mutex and swap it in. A change to a known name replaces only that
-// name's entry (an atomic pointer), so the map is copied only when a name
-// comes or goes; the sorted lists are built once per snapshot, by the
-// first read that needs them. A fleet joining at once costs a map copy per
-// cluster, not a copy and a sort per change.
+// name's entry (an atomic pointer); a name that comes or goes copies one
+// of the map's shards (a 64th of it); the sorted lists are built once per
+// snapshot, by the first read that needs them. A fleet joining at once
+// costs a small copy per cluster, not a copy of everything and a sort per
+// change.
 package router
 
 import (
@@ -45,8 +46,13 @@ type route struct {
 	owner     string
 }
 
+// shards is how many maps the routes are split into, by name.
+const shards = 64
+
 type snapshot struct {
-	routes map[string]*slot // shared by snapshots until a name comes or goes
+	// routes holds each name's slot in the shard of its name; a shard is
+	// shared by snapshots until a name of it comes or goes.
+	routes [shards]map[string]*slot
 	once   sync.Once
 	lists  lists // built from routes by the first read that needs them
 }
@@ -60,10 +66,23 @@ type lists struct {
 // slot holds a name's current route.
 type slot struct{ atomic.Pointer[route] }
 
+// shardOf returns the shard of name (FNV-1a).
+func shardOf(name string) int {
+	h := uint32(2166136261)
+	for i := range len(name) {
+		h ^= uint32(name[i])
+		h *= 16777619
+	}
+	return int(h % shards)
+}
+
+// slot returns name's slot, nil if the name is unknown.
+func (s *snapshot) slot(name string) *slot { return s.routes[shardOf(name)][name] }
+
 // get returns name's current route.
 func (s *snapshot) get(name string) (*route, bool) {
-	sl, ok := s.routes[name]
-	if !ok {
+	sl := s.slot(name)
+	if sl == nil {
 		return nil, false
 	}
 	return sl.Load(), true
@@ -71,7 +90,7 @@ func (s *snapshot) get(name string) (*route, bool) {
 
 // sorted returns the snapshot's lists, building them on first use.
 func (s *snapshot) sorted() *lists {
-	s.once.Do(func() { s.lists = listsOf(s.routes) })
+	s.once.Do(func() { s.lists = listsOf(&s.routes) })
 	return &s.lists
 }
 
@@ -222,7 +241,7 @@ func (t *Table) update(name string, change func(old *route) *route) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	cur := t.load()
-	sl := cur.routes[name]
+	sl := cur.slot(name)
 	var old *route
 	if sl != nil {
 		old = sl.Load()
@@ -231,50 +250,58 @@ func (t *Table) update(name string, change func(old *route) *route) {
 	if next == old {
 		return
 	}
-	routes := cur.routes
+	snap := &snapshot{routes: cur.routes}
+	shard := &snap.routes[shardOf(name)]
 	switch {
 	case next == nil:
-		routes = maps.Clone(routes)
-		delete(routes, name)
+		*shard = maps.Clone(*shard)
+		delete(*shard, name)
 	case sl == nil:
-		routes = maps.Clone(routes)
-		if routes == nil {
-			routes = map[string]*slot{}
+		*shard = maps.Clone(*shard)
+		if *shard == nil {
+			*shard = map[string]*slot{}
 		}
 		sl = &slot{}
 		sl.Store(next)
-		routes[name] = sl
+		(*shard)[name] = sl
 	default:
 		sl.Store(next)
 	}
-	t.cur.Store(&snapshot{routes: routes})
+	t.cur.Store(snap)
 }
 
 // listsOf builds the sorted lists from each name's route as it is now,
 // reading each route once.
-func listsOf(m map[string]*slot) lists {
+func listsOf(routes *[shards]map[string]*slot) lists {
 	type entry struct {
 		mem   client.Member
 		ready bool
 	}
-	l := lists{names: make([]string, 0, len(m))}
-	entries := make([]entry, 0, len(m))
-	for n, sl := range m {
-		r := sl.Load()
-		l.names = append(l.names, n)
-		if r.elsewhere {
-			continue // another replica's: not in this one's fleet-wide calls
+	var n int
+	for _, m := range routes {
+		n += len(m)
+	}
+	l := lists{names: make([]string, 0, n)}
+	entries := make([]entry, 0, n)
+	for _, m := range routes {
+		for name, sl := range m {
+			r := sl.Load()
+			l.names = append(l.names, name)
+			if r.elsewhere {
+				continue // another replica's: not in this one's fleet-wide calls
+			}
+			mem := client.Member{Name: name, Client: r.client, Context: r.ctx}
+			// A cluster whose Manager still syncs is read like a cached
+			// client reads a cache that has not synced yet: the List waits
+			// for it.
+			switch {
+			case r.client == nil:
+				mem.Err = client.NotReady(name)
+			case r.unreachable != nil:
+				mem.Err = client.Unreachable(name, r.unreachable)
+			}
+			entries = append(entries, entry{mem, mem.Err == nil && r.ready})
 		}
-		mem := client.Member{Name: n, Client: r.client, Context: r.ctx}
-		// A cluster whose Manager still syncs is read like a cached client
-		// reads a cache that has not synced yet: the List waits for it.
-		switch {
-		case r.client == nil:
-			mem.Err = client.NotReady(n)
-		case r.unreachable != nil:
-			mem.Err = client.Unreachable(n, r.unreachable)
-		}
-		entries = append(entries, entry{mem, mem.Err == nil && r.ready})
 	}
 	slices.Sort(l.names)
 	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.mem.Name, b.mem.Name) })
