@@ -219,11 +219,12 @@ func (g *generation) attempt() (wasReady bool, err error) {
 	}, setups: e.setups, ctx: actx}
 	g.follow(late)
 	err = mgr.Start(actx)
+	// The Manager has stopped: no late setup may start on it any more.
+	cancel()
 	g.follow(nil)
 	if err == nil {
 		err = errManagerReturned
 	}
-	cancel()
 	<-syncDone
 	end.wg.Wait()
 	g.c.route(g, nil, false)

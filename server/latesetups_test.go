@@ -1,0 +1,120 @@
+package server_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/mccr-dev/mccr/server"
+	"github.com/mccr-dev/mccr/test"
+)
+
+// TestSetupsAddedWhileMembersRunApplyOncePerManager: setups registered
+// from several goroutines while members run (and while one member
+// restarts) reach every member's running Manager, each exactly once, in
+// the order they were registered.
+func TestSetupsAddedWhileMembersRunApplyOncePerManager(t *testing.T) {
+	fakes := startFakes(t, 4)
+	defer fakes.close()
+	host, members := fakes[0], fakes[1:]
+	srv, err := server.NewServer(host.Config(), ctrl.Options{
+		Logger:                 logr.Discard(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	applied := map[ctrl.Manager][]int{} // setups applied to each Manager, in order
+	setup := func(id int) func(ctrl.Manager) error {
+		return func(mgr ctrl.Manager) error {
+			mu.Lock()
+			defer mu.Unlock()
+			applied[mgr] = append(applied[mgr], id)
+			return nil
+		}
+	}
+	srv.AddReconcilerSetup(setup(0))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	names := []string{"a", "b", "c"}
+	for i, name := range names {
+		if err := srv.Add(fakes.variant(name, 1+i%len(members))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ready := func() bool {
+		for _, name := range names {
+			if st, err := srv.Status(name); err != nil || st.Phase != server.PhaseReady {
+				return false
+			}
+		}
+		return true
+	}
+	test.Eventually(t, 10*time.Second, "members Ready", ready)
+
+	const writers, each = 4, 25
+	var regMu sync.Mutex
+	order := []int{0} // the setups in the order they were registered
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				id := 1 + w*each + i
+				regMu.Lock()
+				order = append(order, id)
+				srv.AddReconcilerSetup(setup(id))
+				regMu.Unlock()
+				if w == 0 && i == each/2 {
+					// A member restarts meanwhile (another API server):
+					// its next Manager gets every setup, once.
+					if err := srv.Update(fakes.variant("b", 3)); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	const total = 1 + writers*each
+	test.Eventually(t, 10*time.Second, "every running member has every setup", func() bool {
+		if !ready() {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		complete := 0
+		for _, ids := range applied {
+			if len(ids) >= total {
+				complete++
+			}
+		}
+		return complete >= len(names)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(applied) < len(names)+1 {
+		t.Errorf("%d Managers got setups, want at least %d (b restarted)", len(applied), len(names)+1)
+	}
+	for mgr, ids := range applied {
+		// A Manager stopped early has a prefix; each has them once, in
+		// registration order.
+		if len(ids) > len(order) || !slices.Equal(ids, order[:len(ids)]) {
+			t.Errorf("Manager %p got setups %v, want a prefix of %v", mgr, ids, order)
+		}
+	}
+}
