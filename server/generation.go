@@ -211,11 +211,17 @@ func (g *generation) attempt() (wasReady bool, err error) {
 	// each under no lock, exactly once per Manager; the attempt's own
 	// goroutine runs the Manager.
 	late := &lateSetups{applied: len(setups), apply: func(i int, setup func(ctrl.Manager) error) bool {
-		if serr := callSetup(setup, mgr); serr != nil {
+		serr := callSetup(setup, mgr)
+		switch {
+		case serr == nil:
+			return true
+		case actx.Err() != nil || errors.Is(serr, membermgr.ErrStopped):
+			// The Manager stopped while the setup ran: that, not the
+			// setup, is why the attempt ends.
+		default:
 			end.stop(fmt.Errorf("reconciler setup %s: %w", setupName(i, setup), serr))
-			return false
 		}
-		return true
+		return false
 	}, setups: e.setups, ctx: actx}
 	g.follow(late)
 	err = mgr.Start(actx)

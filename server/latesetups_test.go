@@ -2,13 +2,18 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/mccr-dev/mccr/server"
@@ -116,5 +121,87 @@ func TestSetupsAddedWhileMembersRunApplyOncePerManager(t *testing.T) {
 		if len(ids) > len(order) || !slices.Equal(ids, order[:len(ids)]) {
 			t.Errorf("Manager %p got setups %v, want a prefix of %v", mgr, ids, order)
 		}
+	}
+}
+
+// TestSetupRacingAFailingManagerKeepsItsError: a member's Manager fails by
+// itself (a runnable returns an error) while a setup registered late is
+// being applied, and another is registered meanwhile. The member reports
+// the Manager's failure; no setup is applied to the stopped Manager.
+func TestSetupRacingAFailingManagerKeepsItsError(t *testing.T) {
+	fakes := startFakes(t, 2)
+	defer fakes.close()
+	srv, err := server.NewServer(fakes[0].Config(), ctrl.Options{
+		Logger: logr.Discard(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+	}, func(o *server.Options) { o.Backoff = wait.Backoff{Duration: time.Hour, Factor: 1} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail := make(chan struct{})
+	runCtx := make(chan context.Context, 1)
+	srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
+		return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			select {
+			case runCtx <- ctx:
+			default:
+			}
+			select {
+			case <-fail:
+				return errors.New("boom")
+			case <-ctx.Done():
+				return nil
+			}
+		}))
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := srv.Add(fakes.variant("a", 1)); err != nil {
+		t.Fatal(err)
+	}
+	test.Eventually(t, 10*time.Second, "Ready", func() bool {
+		st, err := srv.Status("a")
+		return err == nil && st.Phase == server.PhaseReady
+	})
+	rctx := <-runCtx
+	release := make(chan struct{})
+	var once sync.Once
+	srv.AddReconcilerSetup(func(ctrl.Manager) error {
+		once.Do(func() {
+			close(fail)   // the Manager fails by itself
+			<-rctx.Done() // its shutdown has begun
+			<-release     // the next setup is registered meanwhile
+			// Give the Manager time to return from Start while this setup
+			// still runs (widens the window; the outcome is checked below).
+			time.Sleep(200 * time.Millisecond)
+		})
+		return nil
+	})
+	var lateAdd atomic.Pointer[error]
+	srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
+		err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { <-ctx.Done(); return nil }))
+		lateAdd.CompareAndSwap(nil, &err)
+		return err
+	})
+	close(release)
+	test.Eventually(t, 10*time.Second, "Failed", func() bool {
+		st, err := srv.Status("a")
+		return err == nil && st.Phase == server.PhaseFailed
+	})
+	st, err := srv.Status("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.LastError == nil || !strings.Contains(st.LastError.Error(), "boom") {
+		t.Errorf("LastError = %v, want the Manager's own failure (boom)", st.LastError)
+	}
+	if p := lateAdd.Load(); p != nil && *p != nil {
+		t.Errorf("a setup ran on the stopped Manager: %v", *p)
 	}
 }
