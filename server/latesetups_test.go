@@ -26,16 +26,8 @@ import (
 // the order they were registered.
 func TestSetupsAddedWhileMembersRunApplyOncePerManager(t *testing.T) {
 	fakes := startFakes(t, 4)
-	defer fakes.close()
-	host, members := fakes[0], fakes[1:]
-	srv, err := server.NewServer(host.Config(), ctrl.Options{
-		Logger:                 logr.Discard(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	members := fakes[1:]
+	srv := fakeHostServer(t, fakes)
 	var mu sync.Mutex
 	applied := map[ctrl.Manager][]int{} // setups applied to each Manager, in order
 	setup := func(id int) func(ctrl.Manager) error {
@@ -47,21 +39,14 @@ func TestSetupsAddedWhileMembersRunApplyOncePerManager(t *testing.T) {
 		}
 	}
 	srv.AddReconcilerSetup(setup(0))
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- srv.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	test.Run(t, srv)
 	names := []string{"a", "b", "c"}
 	for i, name := range names {
 		if err := srv.Add(fakes.variant(name, 1+i%len(members))); err != nil {
 			t.Fatal(err)
 		}
 	}
+	waitReady(t, srv, names...)
 	ready := func() bool {
 		for _, name := range names {
 			if st, err := srv.Status(name); err != nil || st.Phase != server.PhaseReady {
@@ -70,7 +55,6 @@ func TestSetupsAddedWhileMembersRunApplyOncePerManager(t *testing.T) {
 		}
 		return true
 	}
-	test.Eventually(t, 10*time.Second, "members Ready", ready)
 
 	const writers, each = 4, 25
 	var regMu sync.Mutex
@@ -130,13 +114,7 @@ func TestSetupsAddedWhileMembersRunApplyOncePerManager(t *testing.T) {
 // the Manager's failure; no setup is applied to the stopped Manager.
 func TestSetupRacingAFailingManagerKeepsItsError(t *testing.T) {
 	fakes := startFakes(t, 2)
-	defer fakes.close()
-	srv, err := server.NewServer(fakes[0].Config(), ctrl.Options{
-		Logger: logr.Discard(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-	}, func(o *server.Options) { o.Backoff = wait.Backoff{Duration: time.Hour, Factor: 1} })
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := fakeHostServer(t, fakes, func(o *server.Options) { o.Backoff = wait.Backoff{Duration: time.Hour, Factor: 1} })
 	fail := make(chan struct{})
 	runCtx := make(chan context.Context, 1)
 	srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
@@ -153,22 +131,11 @@ func TestSetupRacingAFailingManagerKeepsItsError(t *testing.T) {
 			}
 		}))
 	})
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- srv.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	test.Run(t, srv)
 	if err := srv.Add(fakes.variant("a", 1)); err != nil {
 		t.Fatal(err)
 	}
-	test.Eventually(t, 10*time.Second, "Ready", func() bool {
-		st, err := srv.Status("a")
-		return err == nil && st.Phase == server.PhaseReady
-	})
+	waitReady(t, srv, "a")
 	rctx := <-runCtx
 	release := make(chan struct{})
 	var once sync.Once
@@ -204,4 +171,20 @@ func TestSetupRacingAFailingManagerKeepsItsError(t *testing.T) {
 	if p := lateAdd.Load(); p != nil && *p != nil {
 		t.Errorf("a setup ran on the stopped Manager: %v", *p)
 	}
+}
+
+// fakeHostServer is a Server on fakes[0] (the fakes are closed when the
+// test ends, after the Server has stopped), the others for members.
+func fakeHostServer(t *testing.T, fakes fakeFleet, opts ...server.Option) *server.Server {
+	t.Helper()
+	t.Cleanup(fakes.close)
+	srv, err := server.NewServer(fakes[0].Config(), ctrl.Options{
+		Logger:                 logr.Discard(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
 }
