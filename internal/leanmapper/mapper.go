@@ -33,13 +33,12 @@ type resource struct {
 	namespaced             bool
 }
 
-// gvState is a group-version's discovery: its resources once fetched, or
-// the time a fetch found it not served.
+// gvState is a group-version's discovery as fetched at a time: its
+// resources, or nil when the server did not serve it. The list is shared
+// with every Mapper that read the same document: read only.
 type gvState struct {
-	resources []resource // shared with every Mapper that read the same document: read only
-	list      *resourceList
-	served    bool
-	fetched   time.Time
+	list    *resourceList
+	fetched time.Time
 }
 
 // call is one in-flight request, shared by whoever asks meanwhile.
@@ -127,11 +126,11 @@ func (m *Mapper) resources(gv schema.GroupVersion, want func([]resource) bool) (
 		st := m.gvs[gv]
 		if st != nil {
 			fresh := m.now().Sub(st.fetched) < negativeTTL
-			if st.served && (want(st.resources) || fresh || refetched) {
+			if st.list != nil && (want(st.list.resources) || fresh || refetched) {
 				m.mu.Unlock()
-				return st.resources, true, nil
+				return st.list.resources, true, nil
 			}
-			if !st.served && (fresh || refetched) {
+			if st.list == nil && (fresh || refetched) {
 				m.mu.Unlock()
 				return nil, false, nil
 			}
@@ -159,12 +158,7 @@ func (m *Mapper) fetch(gv schema.GroupVersion, c *call) {
 	st := &gvState{fetched: m.now()}
 	switch {
 	case err == nil:
-		st.list, err = decode(body)
-		if err != nil {
-			err = fmt.Errorf("decoding the resources of %s: %w", gv, err)
-			break
-		}
-		st.served, st.resources = true, st.list.resources
+		st.list, err = decodeGroupVersion(gv, body)
 	case apierrors.IsNotFound(err):
 		err = nil
 	default:
@@ -186,14 +180,23 @@ func (m *Mapper) fetch(gv schema.GroupVersion, c *call) {
 // first, so that they need not ask again. A body that does not decode is
 // an error and changes nothing.
 func (m *Mapper) Seed(gv schema.GroupVersion, body []byte) error {
-	list, err := decode(body)
+	list, err := decodeGroupVersion(gv, body)
 	if err != nil {
-		return fmt.Errorf("decoding the resources of %s: %w", gv, err)
+		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.gvs[gv] = &gvState{list: list, resources: list.resources, served: true, fetched: m.now()}
+	m.gvs[gv] = &gvState{list: list, fetched: m.now()}
 	return nil
+}
+
+// decodeGroupVersion decodes gv's resource list, naming gv if it cannot.
+func decodeGroupVersion(gv schema.GroupVersion, body []byte) (*resourceList, error) {
+	list, err := decode(body)
+	if err != nil {
+		return nil, fmt.Errorf("decoding the resources of %s: %w", gv, err)
+	}
+	return list, nil
 }
 
 // compact keeps of list what mapping needs: top-level resources (no
@@ -473,7 +476,10 @@ func (m *Mapper) ResourceSingularizer(name string) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, st := range m.gvs {
-		for _, r := range st.resources {
+		if st.list == nil {
+			continue
+		}
+		for _, r := range st.list.resources {
 			if r.plural == name {
 				return r.singular, nil
 			}
