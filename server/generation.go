@@ -20,6 +20,7 @@ import (
 
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/internal/conntrack"
+	"github.com/mccr-dev/mccr/internal/leanmapper"
 	membermgr "github.com/mccr-dev/mccr/internal/member"
 	"github.com/mccr-dev/mccr/known"
 )
@@ -331,7 +332,7 @@ func (g *generation) build(lease *conntrack.Lease, end *stopper, core []byte) (*
 			if o.MapperProvider == nil {
 				// Names that reach one API server as one user share its
 				// mapper, which starts from the probe's core resources.
-				co.MapperProvider = lease.MapperProvider(seededMapper(core))
+				co.MapperProvider = lease.MapperProvider(leanmapper.NewWithCore(core))
 			}
 			co.Cache = cacheOpts
 			co.NewCache = o.NewCache

@@ -5,15 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"reflect"
 	"runtime"
 	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -21,7 +18,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/mccr-dev/mccr/config"
-	"github.com/mccr-dev/mccr/internal/conntrack"
 	"github.com/mccr-dev/mccr/internal/leanmapper"
 )
 
@@ -31,7 +27,7 @@ import (
 // It fails fast where a Manager would wait for its cache sync timeout.
 //
 // It reads the core group's resource list (GET /api/v1), which it returns:
-// the member's REST mapper starts from it (see seededMapper), so the
+// the member's REST mapper starts from it (leanmapper.NewWithCore), so the
 // probe costs no request of its own.
 func probe(ctx context.Context, cfg *rest.Config, timeout time.Duration) ([]byte, error) {
 	c := rest.CopyConfig(cfg)
@@ -50,22 +46,6 @@ func probe(ctx context.Context, cfg *rest.Config, timeout time.Duration) ([]byte
 		return nil, fmt.Errorf("API server %s unreachable: %w", config.RedactURL(cfg.Host), err)
 	}
 	return body, nil
-}
-
-// seededMapper is a MapperProvider for leanmapper mappers that start with
-// core, the core group's resource list the probe read. A list that does
-// not decode is left out: the mapper asks for it itself.
-func seededMapper(core []byte) conntrack.MapperProvider {
-	return func(c *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
-		m, err := leanmapper.New(c, hc)
-		if err != nil {
-			return nil, err
-		}
-		if lm, ok := m.(*leanmapper.Mapper); ok && core != nil {
-			_ = lm.Seed(schema.GroupVersion{Version: "v1"}, core)
-		}
-		return m, nil
-	}
 }
 
 func isConnectionError(err error) bool {

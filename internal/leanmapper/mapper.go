@@ -94,6 +94,24 @@ var _ meta.RESTMapper = (*Mapper)(nil)
 // host, path prefix and content settings). Its signature is
 // controller-runtime's cluster.Options.MapperProvider.
 func New(cfg *rest.Config, httpClient *http.Client) (meta.RESTMapper, error) {
+	return newForConfig(cfg, httpClient)
+}
+
+// NewWithCore returns a constructor like New whose Mappers start from core,
+// the core group's resource list (GET /api/v1) the caller read already, as
+// if they had fetched it then. A core list that does not decode (or none)
+// is left out: the Mapper asks for it itself.
+func NewWithCore(core []byte) func(*rest.Config, *http.Client) (meta.RESTMapper, error) {
+	return func(cfg *rest.Config, httpClient *http.Client) (meta.RESTMapper, error) {
+		m, err := newForConfig(cfg, httpClient)
+		if err == nil && core != nil {
+			_ = m.Seed(schema.GroupVersion{Version: "v1"}, core)
+		}
+		return m, err
+	}
+}
+
+func newForConfig(cfg *rest.Config, httpClient *http.Client) (*Mapper, error) {
 	if httpClient == nil {
 		return nil, errors.New("leanmapper: httpClient must not be nil")
 	}

@@ -338,3 +338,35 @@ func lookupEntry(sum [sha256.Size]byte) bool {
 	_, ok := decoded.m[sum]
 	return ok
 }
+
+// TestNewWithCore: mappers made by NewWithCore map core kinds from the list
+// given, without a request; without a list they ask for it.
+func TestNewWithCore(t *testing.T) {
+	s, _, _ := fakeMapper(t)
+	hc, err := rest.HTTPClientFor(s.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := json.Marshal(&metav1.APIResourceList{GroupVersion: "v1", APIResources: []metav1.APIResource{
+		{Name: "configmaps", SingularName: "configmap", Namespaced: true, Kind: "ConfigMap"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		core     []byte
+		requests int64
+	}{{body, 0}, {nil, 1}} {
+		m, err := NewWithCore(tc.core)(s.Config(), hc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := s.RequestCount()
+		if _, err := m.RESTMapping(schema.GroupKind{Kind: "ConfigMap"}, "v1"); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.RequestCount() - before; got != tc.requests {
+			t.Errorf("with a core list of %d bytes: %d requests, want %d", len(tc.core), got, tc.requests)
+		}
+	}
+}
