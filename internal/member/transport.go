@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,6 +69,9 @@ func (t plainWatches) WrappedRoundTripper() http.RoundTripper { return t.next }
 
 // isWatch reports whether req opens a watch (client-go sets watch=true).
 func isWatch(req *http.Request) bool {
+	if !strings.Contains(req.URL.RawQuery, "watch=") {
+		return false // most requests: no query to parse
+	}
 	w := req.URL.Query().Get("watch")
 	return w == "true" || w == "1"
 }
