@@ -1,0 +1,217 @@
+package leaninformer
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/sets"
+	toolscache "k8s.io/client-go/tools/cache"
+)
+
+// store is what the informer's reflector writes to: each change goes to
+// the indexer, then to the handlers, in the reflector's goroutine (the
+// resync timer's for Resync). It delivers what client-go's informer does
+// for the same change (see processDeltas in client-go's controller.go).
+type store struct{ i *Informer }
+
+var (
+	_ toolscache.ReflectorStore         = store{}
+	_ toolscache.ReflectorBookmarkStore = store{}
+)
+
+// Add stores an object the watch reports added.
+func (s store) Add(obj any) error { return s.i.upsert(obj) }
+
+// Update stores an object the watch reports modified.
+func (s store) Update(obj any) error { return s.i.upsert(obj) }
+
+// Delete removes an object the watch reports deleted.
+func (s store) Delete(obj any) error { return s.i.remove(obj) }
+
+// Replace sets the store to a new list.
+func (s store) Replace(objs []any, resourceVersion string) error {
+	return s.i.replace(objs, resourceVersion)
+}
+
+// Bookmark records a bookmark's resource version as the one the indexer
+// has seen (its LastStoreSyncResourceVersion), as client-go's informer does.
+func (s store) Bookmark(resourceVersion string) error {
+	s.i.indexer.Bookmark(resourceVersion)
+	return nil
+}
+
+// Resync hands every stored object as an unchanged update to the handlers
+// whose resync is due.
+func (s store) Resync() error { return s.i.resync() }
+
+func (i *Informer) transformed(obj any) (any, error) {
+	if i.transform == nil {
+		return obj, nil
+	}
+	if _, tombstone := obj.(toolscache.DeletedFinalStateUnknown); tombstone {
+		return obj, nil
+	}
+	return i.transform(obj)
+}
+
+// upsert stores obj and delivers an add (an object the store did not hold)
+// or an update.
+func (i *Informer) upsert(obj any) error {
+	obj, err := i.transformed(obj)
+	if err != nil {
+		return err
+	}
+	i.deliver.Lock()
+	defer i.deliver.Unlock()
+	i.mu.Lock()
+	old, exists, err := i.indexer.Get(obj)
+	if err == nil && exists {
+		err = i.indexer.Update(obj)
+	} else {
+		exists = false
+		err = i.indexer.Add(obj)
+	}
+	handlers, initial := i.handlers, !i.hasSynced
+	i.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if exists {
+		deliverUpdate(handlers, old, obj)
+	} else {
+		deliverAll(handlers, event{typ: added, obj: obj, initial: initial})
+	}
+	return nil
+}
+
+// remove drops obj from the store and delivers its delete, held or not (as
+// client-go does).
+func (i *Informer) remove(obj any) error {
+	obj, err := i.transformed(obj)
+	if err != nil {
+		return err
+	}
+	i.deliver.Lock()
+	defer i.deliver.Unlock()
+	i.mu.Lock()
+	err = i.indexer.Delete(obj)
+	handlers := i.handlers
+	i.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	deliverAll(handlers, event{typ: deleted, obj: obj})
+	return nil
+}
+
+// replace sets the store to objs, then delivers a DeletedFinalStateUnknown
+// for each object that is gone, and an add or an update for each in objs,
+// in their order. The first replace is the initial list: its adds are
+// marked so, and once they are delivered the informer has synced.
+func (i *Informer) replace(objs []any, resourceVersion string) error {
+	list := make([]any, len(objs))
+	keys := sets.New[string]()
+	for n, obj := range objs {
+		obj, err := i.transformed(obj)
+		if err != nil {
+			return err
+		}
+		key, err := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+		if err != nil {
+			return toolscache.KeyError{Obj: obj, Err: err}
+		}
+		list[n] = obj
+		keys.Insert(key)
+	}
+	i.deliver.Lock()
+	defer i.deliver.Unlock()
+	i.mu.Lock()
+	var gone []event
+	for _, key := range i.indexer.ListKeys() {
+		if keys.Has(key) {
+			continue
+		}
+		obj, _, _ := i.indexer.GetByKey(key)
+		gone = append(gone, event{typ: deleted, obj: toolscache.DeletedFinalStateUnknown{Key: key, Obj: obj}})
+	}
+	olds := make([]any, len(list))
+	for n, obj := range list {
+		if old, exists, err := i.indexer.Get(obj); err == nil && exists {
+			olds[n] = old
+		}
+	}
+	err := i.indexer.Replace(list, resourceVersion)
+	handlers, initial := i.handlers, !i.hasSynced
+	i.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	for _, e := range gone {
+		deliverAll(handlers, e)
+	}
+	for n, obj := range list {
+		if olds[n] != nil {
+			deliverUpdate(handlers, olds[n], obj)
+		} else {
+			deliverAll(handlers, event{typ: added, obj: obj, initial: initial})
+		}
+	}
+	if initial {
+		i.mu.Lock()
+		i.hasSynced = true
+		handlers = i.handlers
+		i.mu.Unlock()
+		for _, r := range handlers {
+			r.upstreamSynced()
+		}
+		close(i.synced)
+	}
+	return nil
+}
+
+// resync delivers every stored object, unchanged, to the handlers whose
+// resync is due.
+func (i *Informer) resync() error {
+	i.deliver.Lock()
+	defer i.deliver.Unlock()
+	i.mu.Lock()
+	objs := i.indexer.List()
+	handlers := i.handlers
+	i.mu.Unlock()
+	for _, obj := range objs {
+		deliverUpdate(handlers, obj, obj)
+	}
+	return nil
+}
+
+func deliverAll(handlers []*registration, e event) {
+	for _, r := range handlers {
+		r.deliver(e)
+	}
+}
+
+// deliverUpdate delivers an update to every handler, or, when the
+// resourceVersion did not change (a resync, or a relist of an object that
+// did not change), to the handlers whose resync is due, as client-go does.
+func deliverUpdate(handlers []*registration, old, obj any) {
+	e := event{typ: updated, old: old, obj: obj}
+	if !sameVersion(old, obj) {
+		deliverAll(handlers, e)
+		return
+	}
+	for _, r := range handlers {
+		if r.syncing.Load() {
+			r.deliver(e)
+		}
+	}
+}
+
+func sameVersion(old, obj any) bool {
+	o, err := meta.Accessor(old)
+	if err != nil {
+		return false
+	}
+	n, err := meta.Accessor(obj)
+	if err != nil {
+		return false
+	}
+	return o.GetResourceVersion() == n.GetResourceVersion()
+}
