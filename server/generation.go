@@ -315,8 +315,9 @@ func (g *generation) build(lease *conntrack.Lease, end *stopper, core []byte) (*
 		ctrlOpts.Logger = log
 	}
 	return membermgr.Build(lease.Config, membermgr.BuildOptions{
-		Lifetime:        end.ctx,
-		CompressWatches: g.c.env.opts.CompressWatches,
+		Lifetime:          end.ctx,
+		CompressWatches:   g.c.env.opts.CompressWatches,
+		ClientGoInformers: g.c.env.opts.ClientGoInformers,
 		Options: membermgr.Options{
 			Logger:     log,
 			Controller: ctrlOpts,

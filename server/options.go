@@ -52,6 +52,17 @@ type Options struct {
 	// requests keep Go's default (gzip asked for) either way.
 	CompressWatches bool
 
+	// ClientGoInformers gives members client-go's SharedIndexInformer.
+	// By default a member's informers hand each event to their handlers in
+	// the goroutine that watches (internal/leaninformer): handlers see the
+	// same events in the same order, with five goroutines and a 16 KiB
+	// buffer per informer fewer, but a handler that blocks holds up the
+	// kind's other handlers in that cluster and its watch. Set this when
+	// event handlers (map functions of Watches, for instance) may block,
+	// as client-go buffers events per handler. A cache.Options.NewInformer
+	// given in ctrl.Options is used either way.
+	ClientGoInformers bool
+
 	// Sharding, if set, splits the fleet among replicas; see WithSharding.
 	Sharding *ShardingOptions
 }

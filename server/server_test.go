@@ -193,3 +193,18 @@ func TestKilledMemberAPIServerRecovers(t *testing.T) {
 	createConfigMap(t, "m3", ns, "after-outage")
 	test.Eventually(t, 45*time.Second, "m3 reconciles after its API server returns", func() bool { return ackIn(t, "m3", ns, "after-outage") == "m3" })
 }
+
+// TestClientGoInformersOption: members built with client-go's informers
+// (Options.ClientGoInformers) run the same reconciler the same way.
+func TestClientGoInformersOption(t *testing.T) {
+	ns := testNamespace(t)
+	r := startServer(t, ns, nil, func(o *server.Options) { o.ClientGoInformers = true })
+	two := members[:2]
+	addReady(t, r.srv, two...)
+	for _, name := range two {
+		createConfigMap(t, name, ns, "client-go-"+name)
+	}
+	for _, name := range two {
+		test.Eventually(t, 10*time.Second, "ack in "+name, func() bool { return ackIn(t, name, ns, "client-go-"+name) == name })
+	}
+}

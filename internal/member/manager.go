@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/conversion"
 
+	"github.com/mccr-dev/mccr/internal/leaninformer"
 	"github.com/mccr-dev/mccr/internal/syncinformer"
 )
 
@@ -227,6 +228,9 @@ type BuildOptions struct {
 	// CompressWatches keeps Go's gzip on watch requests; by default they
 	// ask for an uncompressed stream (see plainWatches).
 	CompressWatches bool
+	// ClientGoInformers builds informers with client-go's constructor when
+	// the cluster options name none; by default they are leaninformer's.
+	ClientGoInformers bool
 }
 
 // Build creates the Cluster of a member from cfg and the Manager around
@@ -252,7 +256,11 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 		if mp := co.MapperProvider; mp != nil {
 			co.MapperProvider = func(c *rest.Config, _ *http.Client) (meta.RESTMapper, error) { return mp(c, mapperHC) }
 		}
-		co.Cache.NewInformer = syncinformer.Wrap(lifetime.Done(), co.Cache.NewInformer, forbidden)
+		newInformer := co.Cache.NewInformer
+		if newInformer == nil && !opts.ClientGoInformers {
+			newInformer = leaninformer.New
+		}
+		co.Cache.NewInformer = syncinformer.Wrap(lifetime.Done(), newInformer, forbidden)
 		next := co.Cache.DefaultWatchErrorHandler
 		if next == nil {
 			next = toolscache.DefaultWatchErrorHandler

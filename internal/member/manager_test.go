@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime/pprof"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -601,6 +603,64 @@ func TestWaitForSyncWaitsForSources(t *testing.T) {
 			close(src.release)
 			if !m.WaitForSync(syncCtx(t)) {
 				t.Error("WaitForSync = false once the source synced")
+			}
+			if err := r.stop(t); err != nil {
+				t.Errorf("Start = %v", err)
+			}
+		})
+	}
+}
+
+// TestInformerKinds: a member's controller sees its objects and their
+// changes with the lean informer (the default) and with client-go's
+// (ClientGoInformers), and only the latter runs client-go's shared
+// processor.
+func TestInformerKinds(t *testing.T) {
+	for _, clientGo := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ClientGoInformers=%v", clientGo), func(t *testing.T) {
+			leakCheck(t)
+			s := newFake(t, configMap("a", "x"))
+			opts := warmupOptions()
+			opts.ClientGoInformers = clientGo
+			m := build(t, s, opts)
+			reqs := make(chan reconcile.Request, 100)
+			if err := ctrl.NewControllerManagedBy(m).Named("configmaps").For(&corev1.ConfigMap{}).
+				Complete(reconcile.Func(func(_ context.Context, req reconcile.Request) (reconcile.Result, error) {
+					reqs <- req
+					return reconcile.Result{}, nil
+				})); err != nil {
+				t.Fatal(err)
+			}
+			r := run(t, m)
+			if !m.WaitForSync(syncCtx(t)) {
+				t.Fatal("WaitForSync = false")
+			}
+			expect := func(name string) {
+				t.Helper()
+				want := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "a", Name: name}}
+				deadline := time.After(10 * time.Second)
+				for {
+					select {
+					case req := <-reqs:
+						if req == want {
+							return
+						}
+					case <-deadline:
+						t.Fatalf("%v was not reconciled", want)
+					}
+				}
+			}
+			expect("x")
+			if err := m.GetClient().Create(context.Background(), configMap("a", "y")); err != nil {
+				t.Fatal(err)
+			}
+			expect("y")
+			var dump strings.Builder
+			if err := pprof.Lookup("goroutine").WriteTo(&dump, 2); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Contains(dump.String(), "sharedProcessor"); got != clientGo {
+				t.Errorf("client-go's shared processor running: %v, want %v", got, clientGo)
 			}
 			if err := r.stop(t); err != nil {
 				t.Errorf("Start = %v", err)
