@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/mccr-dev/mccr/internal/syncinformer"
 )
 
 // discoveryTimeout bounds each discovery request of a member's REST
@@ -78,13 +80,19 @@ func isWatch(req *http.Request) bool {
 
 // lifetimeTransport ends each request (and the reading of its body, a
 // watch's stream among them) when the member's lifetime ends, whatever the
-// request's own context.
+// request's own context. The requests of the cache's informers are left as
+// they are: they end when the informer stops, which it does when the
+// member's cache stops, and a context derived from theirs would cost a
+// goroutine each (see syncinformer.InformerRun).
 type lifetimeTransport struct {
 	next     http.RoundTripper
 	lifetime context.Context
 }
 
 func (t *lifetimeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if syncinformer.InformerRun(req.Context()) {
+		return t.next.RoundTrip(req)
+	}
 	ctx, cancel := context.WithCancelCause(req.Context())
 	stop := context.AfterFunc(t.lifetime, func() { cancel(errMemberStopped) })
 	resp, err := t.next.RoundTrip(req.WithContext(ctx))

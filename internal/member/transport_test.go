@@ -6,10 +6,19 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	goruntime "runtime"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	fcache "k8s.io/client-go/tools/cache/testing"
+
+	"github.com/mccr-dev/mccr/internal/syncinformer"
 )
 
 // TestWatchesAreNotCompressed: a member's watch requests ask for an
@@ -89,4 +98,89 @@ func TestWatchesAreNotCompressed(t *testing.T) {
 	if enc := seen["/api/v1/pods?watch=true"]; enc != "gzip" {
 		t.Errorf("with compressWatches, a watch sent Accept-Encoding %q, want gzip", enc)
 	}
+}
+
+// runContextOf runs an informer made by syncinformer.Wrap and returns the
+// context its run is given; the run ends when stop closes.
+func runContextOf(t *testing.T, stop chan struct{}) context.Context {
+	t.Helper()
+	got := make(chan context.Context, 1)
+	next := func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, idx toolscache.Indexers) toolscache.SharedIndexInformer {
+		return capturing{SharedIndexInformer: toolscache.NewSharedIndexInformer(lw, obj, resync, idx), got: got}
+	}
+	inf := syncinformer.Wrap(nil, next, nil)(fcache.NewFakeControllerSource(), &corev1.Pod{}, 0, toolscache.Indexers{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		inf.Run(stop)
+	}()
+	t.Cleanup(func() { <-done })
+	return <-got
+}
+
+type capturing struct {
+	toolscache.SharedIndexInformer
+	got chan context.Context
+}
+
+func (c capturing) RunWithContext(ctx context.Context) {
+	c.got <- ctx
+	<-ctx.Done()
+}
+
+type recordingRT struct{ ctxs chan context.Context }
+
+func (r recordingRT) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.ctxs <- req.Context()
+	return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader("")), Request: req}, nil
+}
+
+// TestLifetimeTransport: a request ends when the member's lifetime does,
+// whatever its own context; an informer's request goes out with its own
+// context, which ends when the informer stops, and costs no goroutine.
+func TestLifetimeTransport(t *testing.T) {
+	lifetime, end := context.WithCancel(context.Background())
+	rec := recordingRT{ctxs: make(chan context.Context, 2)}
+	rt := &lifetimeTransport{next: rec, lifetime: lifetime}
+
+	req := httptest.NewRequestWithContext(context.Background(), http.MethodGet, "https://member/api/v1/pods", nil)
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := <-rec.ctxs
+
+	stop := make(chan struct{})
+	type key struct{}
+	informerCtx := context.WithValue(runContextOf(t, stop), key{}, "trace")
+	ireq := httptest.NewRequestWithContext(informerCtx, http.MethodGet, "https://member/api/v1/pods?watch=true", nil)
+	before := goruntime.NumGoroutine()
+	iresp, err := rt.RoundTrip(ireq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if grew := goruntime.NumGoroutine() - before; grew > 0 {
+		t.Errorf("an informer's request cost %d goroutines", grew)
+	}
+	if got := <-rec.ctxs; got != informerCtx {
+		t.Error("an informer's request went out with another context")
+	}
+
+	end()
+	select {
+	case <-plain.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a request outlived the member's lifetime")
+	}
+	if informerCtx.Err() != nil {
+		t.Fatal("an informer's request ended before its informer stopped")
+	}
+	close(stop)
+	select {
+	case <-informerCtx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("an informer's request outlived its informer")
+	}
+	_ = resp.Body.Close()
+	_ = iresp.Body.Close()
 }

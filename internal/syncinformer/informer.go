@@ -151,16 +151,12 @@ func (r *registration) HasSynced() bool {
 	return r.ResourceEventHandlerRegistration.HasSynced() || r.informer.forbidden.Has(r.informer.kind)
 }
 
-// RunWithContext runs the informer under a cancelable context of its own.
-// controller-runtime hands informers a context made from a stop channel,
-// and every context derived from one of that kind costs a goroutine of
-// the context package for as long as it lives: the reflector derives two
-// per watch. Derived from a standard cancelable context they cost none, so
-// this one goroutine stands for them.
+// RunWithContext runs the informer under a runContext: contexts derived
+// from it end when the run returns, without a goroutine each.
 func (i *informer) RunWithContext(ctx context.Context) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	i.SharedIndexInformer.RunWithContext(ctx)
+	rc := newRunContext(ctx)
+	defer rc.stop()
+	i.SharedIndexInformer.RunWithContext(rc)
 }
 
 // Run runs the informer until stop closes, as RunWithContext.
