@@ -15,8 +15,10 @@
 // that follow, none missed or doubled; a relist that finds an object gone
 // delivers a DeletedFinalStateUnknown; an update that does not change the
 // resourceVersion (a resync, or a relist of an unchanged object) goes only
-// to handlers whose resync is due; a registration's HasSynced is true once
-// the informer has synced and the handler has seen the initial list. Watch
+// to handlers whose resync is due; the informer has synced once its store
+// holds the initial list (a handler may read it, through a cache that waits
+// for the sync, while it is handed the list), a registration once its
+// handler has seen the initial list. Watch
 // errors go to the handler set with SetWatchErrorHandlerWithContext, with
 // client-go's backoff between attempts.
 //

@@ -70,7 +70,7 @@ type Informer struct {
 	indexer       toolscache.Indexer
 	defaultResync time.Duration
 	clock         clock.Clock
-	synced        chan struct{} // closed once the first list is in and delivered
+	synced        chan struct{} // closed once the store holds the first list
 
 	// mu guards the fields below and pairs each change of the indexer with
 	// the handler list it is delivered to, so that a handler added meanwhile
@@ -128,8 +128,8 @@ func (i *Informer) RunWithContext(ctx context.Context) {
 	})
 }
 
-// HasSynced reports whether the informer has listed and delivered the
-// initial list.
+// HasSynced reports whether the store holds the initial list (its
+// handlers' registrations say whether they have been handed it).
 func (i *Informer) HasSynced() bool {
 	select {
 	case <-i.synced:

@@ -104,8 +104,9 @@ func (i *Informer) remove(obj any) error {
 
 // replace sets the store to objs, then delivers a DeletedFinalStateUnknown
 // for each object that is gone, and an add or an update for each in objs,
-// in their order. The first replace is the initial list: its adds are
-// marked so, and once they are delivered the informer has synced.
+// in their order. The first replace is the initial list: the informer has
+// synced once the store holds it, its adds are marked so, and a handler's
+// registration has synced once they are delivered to it.
 func (i *Informer) replace(objs []any, resourceVersion string) error {
 	list := make([]any, len(objs))
 	keys := sets.New[string]()
@@ -140,9 +141,19 @@ func (i *Informer) replace(objs []any, resourceVersion string) error {
 	}
 	err := i.indexer.Replace(list, resourceVersion)
 	handlers, initial := i.handlers, !i.hasSynced
+	if err == nil {
+		i.hasSynced = true
+	}
 	i.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	if initial {
+		// The store holds the initial list: the informer has synced, as
+		// client-go's has once its queue has handed the list on. A handler
+		// may read the store, through a cache that waits for the sync, while
+		// it is handed the list below.
+		close(i.synced)
 	}
 	for _, e := range gone {
 		deliverAll(handlers, e)
@@ -155,14 +166,10 @@ func (i *Informer) replace(objs []any, resourceVersion string) error {
 		}
 	}
 	if initial {
-		i.mu.Lock()
-		i.hasSynced = true
-		handlers = i.handlers
-		i.mu.Unlock()
+		// Handlers added since are synced once they have replayed the store.
 		for _, r := range handlers {
 			r.upstreamSynced()
 		}
-		close(i.synced)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package member
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -22,7 +23,8 @@ import (
 const discoveryTimeout = 30 * time.Second
 
 // httpClients returns the HTTP client a member's cache and client use,
-// whose every request also ends when lifetime does (and whose watches are
+// whose every request also ends when lifetime does (see lifetimeTransport
+// for the informers' requests; and whose watches are
 // uncompressed unless compressWatches), and the one for its
 // REST mapper. The mapper may be shared with other members of the same API
 // server and identity, so it must not die with this one: its requests are
@@ -80,10 +82,19 @@ func isWatch(req *http.Request) bool {
 
 // lifetimeTransport ends each request (and the reading of its body, a
 // watch's stream among them) when the member's lifetime ends, whatever the
-// request's own context. The requests of the cache's informers are left as
-// they are: they end when the informer stops, which it does when the
-// member's cache stops, and a context derived from theirs would cost a
-// goroutine each (see syncinformer.InformerRun).
+// request's own context.
+//
+// The requests of the cache's informers keep their own context, which ends
+// when the informer stops (see syncinformer.InformerRun): a context derived
+// from it would cost a goroutine per request. Their bodies (a watch's
+// stream) are closed when the lifetime ends, and once it has ended they are
+// refused; a request of theirs still waiting for its answer then ends when
+// the informer stops, which the member's cache does before its Manager's
+// Start returns.
+// errStoppedBeforeRequest refuses an informer's request made once the
+// member's lifetime has ended.
+var errStoppedBeforeRequest = errors.New("member cluster stopped: request not sent")
+
 type lifetimeTransport struct {
 	next     http.RoundTripper
 	lifetime context.Context
@@ -91,7 +102,7 @@ type lifetimeTransport struct {
 
 func (t *lifetimeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if syncinformer.InformerRun(req.Context()) {
-		return t.next.RoundTrip(req)
+		return t.informerRoundTrip(req)
 	}
 	ctx, cancel := context.WithCancelCause(req.Context())
 	stop := context.AfterFunc(t.lifetime, func() { cancel(errMemberStopped) })
@@ -102,6 +113,20 @@ func (t *lifetimeTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		return nil, err
 	}
 	resp.Body = &releasingBody{ReadCloser: resp.Body, release: func() { stop(); cancel(nil) }}
+	return resp, nil
+}
+
+func (t *lifetimeTransport) informerRoundTrip(req *http.Request) (*http.Response, error) {
+	if t.lifetime.Err() != nil {
+		return nil, errStoppedBeforeRequest
+	}
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	body := resp.Body
+	stop := context.AfterFunc(t.lifetime, func() { _ = body.Close() })
+	resp.Body = &releasingBody{ReadCloser: body, release: func() { stop() }}
 	return resp, nil
 }
 

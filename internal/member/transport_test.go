@@ -3,12 +3,14 @@ package member
 import (
 	"compress/gzip"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	goruntime "runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,7 +134,17 @@ type recordingRT struct{ ctxs chan context.Context }
 
 func (r recordingRT) RoundTrip(req *http.Request) (*http.Response, error) {
 	r.ctxs <- req.Context()
-	return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader("")), Request: req}, nil
+	return &http.Response{StatusCode: http.StatusOK, Body: &closeRecorder{Reader: strings.NewReader("")}, Request: req}, nil
+}
+
+type closeRecorder struct {
+	io.Reader
+	closed atomic.Bool
+}
+
+func (c *closeRecorder) Close() error {
+	c.closed.Store(true)
+	return nil
 }
 
 // TestLifetimeTransport: a request ends when the member's lifetime does,
@@ -172,8 +184,25 @@ func TestLifetimeTransport(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a request outlived the member's lifetime")
 	}
+	// The informer's stream is closed with the lifetime, and it may not
+	// open another.
+	body := iresp.Body.(*releasingBody).ReadCloser.(*closeRecorder)
+	deadline := time.Now().Add(5 * time.Second)
+	for !body.closed.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("an informer's response body outlived the member's lifetime")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	late, err := rt.RoundTrip(ireq)
+	if err == nil {
+		_ = late.Body.Close()
+	}
+	if !errors.Is(err, errStoppedBeforeRequest) {
+		t.Errorf("an informer's request after the lifetime = %v, want %v", err, errStoppedBeforeRequest)
+	}
 	if informerCtx.Err() != nil {
-		t.Fatal("an informer's request ended before its informer stopped")
+		t.Fatal("an informer's context ended before its informer stopped")
 	}
 	close(stop)
 	select {
