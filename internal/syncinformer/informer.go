@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -39,8 +40,17 @@ func Wrap(ends <-chan struct{}, next NewInformerFunc, forbidden *Kinds) NewInfor
 }
 
 // KindOf describes obj's type as client-go's reflectors do
-// (Reflector.TypeDescription), the key of Kinds.
-func KindOf(obj runtime.Object) string { return reflect.TypeOf(obj).String() }
+// (Reflector.TypeDescription), the key of Kinds: an unstructured object
+// with its group, version and kind set by those, anything else by its Go
+// type. (Metadata-only informers are all "*v1.PartialObjectMetadata".)
+func KindOf(obj runtime.Object) string {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		if gvk := u.GroupVersionKind(); !gvk.Empty() {
+			return gvk.String()
+		}
+	}
+	return reflect.TypeOf(obj).String()
+}
 
 // informer is a SharedIndexInformer whose sync checkers, its own and those
 // of its handler registrations, also finish when ends closes or the kind is

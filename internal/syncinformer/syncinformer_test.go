@@ -7,6 +7,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
 	fcache "k8s.io/client-go/tools/cache/testing"
 )
@@ -110,6 +113,19 @@ func waitClosed(t *testing.T, chs ...<-chan struct{}) {
 		case <-c:
 		case <-time.After(5 * time.Second):
 			t.Fatal("checker not done")
+		}
+	}
+}
+
+// KindOf names a kind as the reflector of its informer does, the key a
+// forbidden kind is recorded under.
+func TestKindOfMatchesReflectors(t *testing.T) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"})
+	for _, obj := range []kruntime.Object{&corev1.Pod{}, u, &unstructured.Unstructured{}, &metav1.PartialObjectMetadata{}} {
+		r := toolscache.NewReflector(fcache.NewFakeControllerSource(), obj, toolscache.NewStore(toolscache.MetaNamespaceKeyFunc), 0)
+		if got, want := KindOf(obj), r.TypeDescription(); got != want {
+			t.Errorf("KindOf(%T) = %q, the reflector's description is %q", obj, got, want)
 		}
 	}
 }
