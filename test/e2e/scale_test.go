@@ -492,7 +492,7 @@ func settle() {
 // It runs the benchmarks' harness, a child process included.
 func TestFleetOfDistinctEndpoints(t *testing.T) {
 	const (
-		maxGoroutines = 22      // per cluster; 19 measured
+		maxGoroutines = 15      // per cluster; 13 measured
 		maxHeapKiB    = 4 << 10 // per cluster; <1 MiB measured
 	)
 	s := scale{Engine: engineMCCR, Clusters: 20, Objects: 10, More: 3, Distinct: true}
