@@ -18,17 +18,17 @@
 // to handlers whose resync is due; the informer has synced once its store
 // holds the initial list (a handler may read it, through a cache that waits
 // for the sync, while it is handed the list), a registration once its
-// handler has seen the initial list. Watch
-// errors go to the handler set with SetWatchErrorHandlerWithContext, with
-// client-go's backoff between attempts.
+// handler has seen the initial list. Watch errors go to the handler set
+// with SetWatchErrorHandlerWithContext, with client-go's backoff between
+// attempts.
 //
 // What differs is timing. A handler that blocks holds up the informer's
 // other handlers and its watch, where client-go buffers per handler; so a
 // handler must not wait, inside a callback, for something only another
 // delivery of the same informer brings. A handler added to a running
 // informer is handed the store's objects in the caller's goroutine before
-// AddEventHandler returns (its HasSynced is true then), so the caller must
-// not hold a lock the handler takes. Handlers may call any method of the
+// AddEventHandler returns (its HasSynced is true then if the informer has
+// synced), so the caller must not hold a lock the handler takes. Handlers may call any method of the
 // informer, including adding and removing handlers. After
 // RemoveEventHandler returns, at most the event under way reaches the
 // handler; registrations have no ShutdownChan (client-go's

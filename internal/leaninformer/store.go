@@ -141,19 +141,17 @@ func (i *Informer) replace(objs []any, resourceVersion string) error {
 	}
 	err := i.indexer.Replace(list, resourceVersion)
 	handlers, initial := i.handlers, !i.hasSynced
-	if err == nil {
-		i.hasSynced = true
-	}
-	i.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	if initial {
+	if err == nil && initial {
 		// The store holds the initial list: the informer has synced, as
 		// client-go's has once its queue has handed the list on. A handler
 		// may read the store, through a cache that waits for the sync, while
 		// it is handed the list below.
+		i.hasSynced = true
 		close(i.synced)
+	}
+	i.mu.Unlock()
+	if err != nil {
+		return err
 	}
 	for _, e := range gone {
 		deliverAll(handlers, e)

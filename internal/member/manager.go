@@ -266,6 +266,11 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 			next = toolscache.DefaultWatchErrorHandler
 		}
 		co.Cache.DefaultWatchErrorHandler = func(ctx context.Context, r *toolscache.Reflector, err error) {
+			if lifetime.Err() != nil {
+				// The member is stopping: its informers' requests are cut
+				// or refused (lifetimeTransport) until its cache stops.
+				return
+			}
 			if apierrors.IsForbidden(err) {
 				forbidden.Forbid(r.TypeDescription())
 			}
