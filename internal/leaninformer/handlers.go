@@ -152,14 +152,7 @@ var _ toolscache.ResourceEventHandlerRegistration = (*registration)(nil)
 
 // HasSynced reports whether the informer has synced and the handler has
 // seen the initial list.
-func (r *registration) HasSynced() bool {
-	select {
-	case <-r.synced:
-		return true
-	default:
-		return false
-	}
-}
+func (r *registration) HasSynced() bool { return isClosed(r.synced) }
 
 // HasSyncedChecker is done once HasSynced is true.
 func (r *registration) HasSyncedChecker() toolscache.DoneChecker {

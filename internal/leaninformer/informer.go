@@ -130,14 +130,7 @@ func (i *Informer) RunWithContext(ctx context.Context) {
 
 // HasSynced reports whether the store holds the initial list (its
 // handlers' registrations say whether they have been handed it).
-func (i *Informer) HasSynced() bool {
-	select {
-	case <-i.synced:
-		return true
-	default:
-		return false
-	}
-}
+func (i *Informer) HasSynced() bool { return isClosed(i.synced) }
 
 // HasSyncedChecker is done once HasSynced is true.
 func (i *Informer) HasSyncedChecker() toolscache.DoneChecker {
@@ -163,24 +156,23 @@ func (i *Informer) SetWatchErrorHandler(handler toolscache.WatchErrorHandler) er
 // SetWatchErrorHandlerWithContext sets what is called when a list or
 // watch fails, before the informer starts.
 func (i *Informer) SetWatchErrorHandlerWithContext(handler toolscache.WatchErrorHandlerWithContext) error {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if i.started {
-		return ErrStarted
-	}
-	i.onWatchError = handler
-	return nil
+	return i.beforeStart(func() { i.onWatchError = handler })
 }
 
 // SetTransform sets a function applied to every object before it is
 // stored, before the informer starts.
 func (i *Informer) SetTransform(transform toolscache.TransformFunc) error {
+	return i.beforeStart(func() { i.transform = transform })
+}
+
+// beforeStart runs set under the lock if the informer has not started.
+func (i *Informer) beforeStart(set func()) error {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if i.started {
 		return ErrStarted
 	}
-	i.transform = transform
+	set()
 	return nil
 }
 
@@ -228,3 +220,12 @@ type doneChecker struct {
 
 func (d doneChecker) Name() string          { return d.name }
 func (d doneChecker) Done() <-chan struct{} { return d.done }
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}

@@ -54,37 +54,14 @@ func (i *Informer) transformed(obj any) (any, error) {
 
 // upsert stores obj and delivers an add (an object the store did not hold)
 // or an update.
-func (i *Informer) upsert(obj any) error {
-	obj, err := i.transformed(obj)
-	if err != nil {
-		return err
-	}
-	i.deliver.Lock()
-	defer i.deliver.Unlock()
-	i.mu.Lock()
-	old, exists, err := i.indexer.Get(obj)
-	if err == nil && exists {
-		err = i.indexer.Update(obj)
-	} else {
-		exists = false
-		err = i.indexer.Add(obj)
-	}
-	handlers, initial := i.handlers, !i.hasSynced
-	i.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	if exists {
-		deliverUpdate(handlers, old, obj)
-	} else {
-		deliverAll(handlers, event{typ: added, obj: obj, initial: initial})
-	}
-	return nil
-}
+func (i *Informer) upsert(obj any) error { return i.change(obj, false) }
 
 // remove drops obj from the store and delivers its delete, held or not (as
 // client-go does).
-func (i *Informer) remove(obj any) error {
+func (i *Informer) remove(obj any) error { return i.change(obj, true) }
+
+// change stores obj, or drops it (del), and delivers the event it makes.
+func (i *Informer) change(obj any, del bool) error {
 	obj, err := i.transformed(obj)
 	if err != nil {
 		return err
@@ -92,13 +69,21 @@ func (i *Informer) remove(obj any) error {
 	i.deliver.Lock()
 	defer i.deliver.Unlock()
 	i.mu.Lock()
-	err = i.indexer.Delete(obj)
+	var e event
+	switch old, exists, gerr := i.indexer.Get(obj); {
+	case del:
+		e, err = event{typ: deleted, obj: obj}, i.indexer.Delete(obj)
+	case gerr == nil && exists:
+		e, err = event{typ: updated, old: old, obj: obj}, i.indexer.Update(obj)
+	default:
+		e, err = event{typ: added, obj: obj, initial: !i.hasSynced}, i.indexer.Add(obj)
+	}
 	handlers := i.handlers
 	i.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	deliverAll(handlers, event{typ: deleted, obj: obj})
+	deliverEvent(handlers, e)
 	return nil
 }
 
@@ -154,13 +139,13 @@ func (i *Informer) replace(objs []any, resourceVersion string) error {
 		return err
 	}
 	for _, e := range gone {
-		deliverAll(handlers, e)
+		deliverEvent(handlers, e)
 	}
 	for n, obj := range list {
 		if olds[n] != nil {
-			deliverUpdate(handlers, olds[n], obj)
+			deliverEvent(handlers, event{typ: updated, old: olds[n], obj: obj})
 		} else {
-			deliverAll(handlers, event{typ: added, obj: obj, initial: initial})
+			deliverEvent(handlers, event{typ: added, obj: obj, initial: initial})
 		}
 	}
 	if initial {
@@ -182,28 +167,18 @@ func (i *Informer) resync() error {
 	handlers := i.handlers
 	i.mu.Unlock()
 	for _, obj := range objs {
-		deliverUpdate(handlers, obj, obj)
+		deliverEvent(handlers, event{typ: updated, old: obj, obj: obj})
 	}
 	return nil
 }
 
-func deliverAll(handlers []*registration, e event) {
+// deliverEvent hands e to every handler, but an update that does not
+// change the resourceVersion (a resync, or a relist of an object that did
+// not change) only to the handlers whose resync is due, as client-go does.
+func deliverEvent(handlers []*registration, e event) {
+	unchanged := e.typ == updated && sameVersion(e.old, e.obj)
 	for _, r := range handlers {
-		r.deliver(e)
-	}
-}
-
-// deliverUpdate delivers an update to every handler, or, when the
-// resourceVersion did not change (a resync, or a relist of an object that
-// did not change), to the handlers whose resync is due, as client-go does.
-func deliverUpdate(handlers []*registration, old, obj any) {
-	e := event{typ: updated, old: old, obj: obj}
-	if !sameVersion(old, obj) {
-		deliverAll(handlers, e)
-		return
-	}
-	for _, r := range handlers {
-		if r.syncing.Load() {
+		if !unchanged || r.syncing.Load() {
 			r.deliver(e)
 		}
 	}

@@ -74,18 +74,7 @@ func TestInformerWatchesEndWithLifetime(t *testing.T) {
 	s := newFake(t, configMap("a", "x"))
 	lifetime, endLifetime := context.WithCancel(context.Background())
 	defer endLifetime()
-	grace := 20 * time.Second
-	m := build(t, s, BuildOptions{Lifetime: lifetime, Options: Options{GracefulShutdownTimeout: &grace}})
-	slow := newStubborn() // a runnable slow to return, a Reconcile that ignores its ctx
-	defer slow.let()
-	if err := m.Add(slow); err != nil {
-		t.Fatal(err)
-	}
-	r := run(t, m)
-	if err := m.GetCache().Get(syncCtx(t), keyX, &corev1.ConfigMap{}); err != nil {
-		t.Fatal(err)
-	}
-	<-slow.started
+	r, slow := runSlowToStop(t, s, BuildOptions{Lifetime: lifetime})
 	deadline := time.Now().Add(5 * time.Second)
 	for s.OpenWatches() == 0 {
 		if time.Now().After(deadline) {

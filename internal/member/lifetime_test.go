@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
+
+	"github.com/mccr-dev/mccr/internal/fakeapi"
 )
 
 // TestNoWatchErrorsAfterLifetime: once a member's lifetime has ended (a
@@ -25,10 +27,8 @@ func TestNoWatchErrorsAfterLifetime(t *testing.T) {
 	defer endLifetime()
 	var mu sync.Mutex
 	var afterEnd []error
-	grace := 20 * time.Second
-	m := build(t, s, BuildOptions{
+	r, slow := runSlowToStop(t, s, BuildOptions{
 		Lifetime: lifetime,
-		Options:  Options{GracefulShutdownTimeout: &grace},
 		Cluster: func(co *cluster.Options) {
 			co.Cache.DefaultWatchErrorHandler = func(_ context.Context, _ *toolscache.Reflector, err error) {
 				if lifetime.Err() == nil {
@@ -40,16 +40,6 @@ func TestNoWatchErrorsAfterLifetime(t *testing.T) {
 			}
 		},
 	})
-	slow := newStubborn() // the graceful shutdown takes a while, as with a slow Reconcile
-	defer slow.let()
-	if err := m.Add(slow); err != nil {
-		t.Fatal(err)
-	}
-	r := run(t, m)
-	if err := m.GetCache().Get(syncCtx(t), keyX, &corev1.ConfigMap{}); err != nil {
-		t.Fatal(err)
-	}
-	<-slow.started
 	time.Sleep(1200 * time.Millisecond) // past the reflector's 1s "very short watch"
 	endLifetime()
 	r.cancel()
@@ -64,4 +54,27 @@ func TestNoWatchErrorsAfterLifetime(t *testing.T) {
 	}
 	slow.let()
 	_ = r.wait(t, 10*time.Second)
+}
+
+// runSlowToStop runs a member of s (opts.Lifetime set) whose graceful
+// shutdown waits (up to 20s) for a runnable that ignores its ctx, as with a
+// slow Reconcile, and returns once its cache has synced and the runnable
+// runs. The test lets the runnable go (slow.let) before the Manager's
+// cleanup, or at the end.
+func runSlowToStop(t *testing.T, s *fakeapi.Server, opts BuildOptions) (*running, *stubborn) {
+	t.Helper()
+	grace := 20 * time.Second
+	opts.GracefulShutdownTimeout = &grace
+	m := build(t, s, opts)
+	slow := newStubborn()
+	if err := m.Add(slow); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, m)
+	t.Cleanup(slow.let) // before the Manager's cleanup waits for it
+	if err := m.GetCache().Get(syncCtx(t), keyX, &corev1.ConfigMap{}); err != nil {
+		t.Fatal(err)
+	}
+	<-slow.started
+	return r, slow
 }
