@@ -542,22 +542,28 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 	}
 }
 
-// run runs inf until the test ends, then waits for it to return.
-func run(t *testing.T, inf toolscache.SharedIndexInformer) {
+// run runs inf until stop is called or the test ends; stop cancels the
+// run and waits for it to return.
+func run(t *testing.T, inf toolscache.SharedIndexInformer) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		inf.RunWithContext(ctx)
 	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("informer did not stop within 10s")
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Error("informer did not stop within 10s")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // runSynced runs inf and waits for it to sync.
@@ -1355,13 +1361,7 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	before := goruntime.NumGoroutine()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		inf.RunWithContext(ctx)
-	}()
+	stop := run(t, inf)
 	waitFor(t, 5*time.Second, "sync", inf.HasSynced)
 	waitFor(t, 5*time.Second, "the watch", func() bool { _, _, _, open := srv.counts(); return open == 1 })
 	waitFor(t, 5*time.Second, "the resync timer", clk.HasWaiters)
@@ -1375,7 +1375,7 @@ func TestLifecycle(t *testing.T) {
 	second := make(chan struct{})
 	go func() {
 		defer close(second)
-		inf.Run(ctx.Done())
+		inf.Run(t.Context().Done())
 	}()
 	waitFor(t, 5*time.Second, "a second Run to return", closed(second))
 	if lists, watches, _, open := srv.counts(); lists != 1 || watches != 1 || open != 1 {
@@ -1385,8 +1385,7 @@ func TestLifecycle(t *testing.T) {
 		t.Error("stopped by a second Run")
 	}
 
-	cancel()
-	waitFor(t, 5*time.Second, "Run to return", closed(done))
+	stop()
 	if !inf.IsStopped() {
 		t.Error("not stopped after Run returned")
 	}
@@ -1420,19 +1419,13 @@ func TestStopBeforeSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		inf.RunWithContext(ctx)
-	}()
+	stop := run(t, inf)
 	waitFor(t, 5*time.Second, "a failed list", func() bool { return errs.Load() > 0 })
 	joined, err := inf.AddEventHandler(newRecorder("added after the start"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cancel()
-	waitFor(t, 5*time.Second, "Run to return", closed(done))
+	stop()
 	if inf.HasSynced() || reg.HasSynced() || joined.HasSynced() || toolscache.IsDone(inf.HasSyncedChecker()) {
 		t.Error("synced without a list")
 	}
@@ -1452,17 +1445,11 @@ func TestClientGoGoroutines(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := goruntime.NumGoroutine()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		inf.RunWithContext(ctx)
-	}()
+	stop := run(t, inf)
 	waitFor(t, 5*time.Second, "sync", inf.HasSynced)
 	waitFor(t, 5*time.Second, "the watch", func() bool { _, _, _, open := srv.counts(); return open == 1 })
 	t.Logf("client-go's running informer with one handler added %d goroutines", goruntime.NumGoroutine()-before)
-	cancel()
-	waitFor(t, 5*time.Second, "Run to return", closed(done))
+	stop()
 	goleak.VerifyNone(t, ignore)
 }
 

@@ -623,10 +623,10 @@ func TestInformerKinds(t *testing.T) {
 			opts := warmupOptions()
 			opts.ClientGoInformers = clientGo
 			m := build(t, s, opts)
-			reqs := make(chan reconcile.Request, 100)
+			reconciled := make(chan string, 100) // namespace/name
 			if err := ctrl.NewControllerManagedBy(m).Named("configmaps").For(&corev1.ConfigMap{}).
 				Complete(reconcile.Func(func(_ context.Context, req reconcile.Request) (reconcile.Result, error) {
-					reqs <- req
+					reconciled <- req.String()
 					return reconcile.Result{}, nil
 				})); err != nil {
 				t.Fatal(err)
@@ -635,26 +635,11 @@ func TestInformerKinds(t *testing.T) {
 			if !m.WaitForSync(syncCtx(t)) {
 				t.Fatal("WaitForSync = false")
 			}
-			expect := func(name string) {
-				t.Helper()
-				want := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "a", Name: name}}
-				deadline := time.After(10 * time.Second)
-				for {
-					select {
-					case req := <-reqs:
-						if req == want {
-							return
-						}
-					case <-deadline:
-						t.Fatalf("%v was not reconciled", want)
-					}
-				}
-			}
-			expect("x")
+			awaitName(t, reconciled, "a/x", 10*time.Second, "a/x reconciled")
 			if err := m.GetClient().Create(context.Background(), configMap("a", "y")); err != nil {
 				t.Fatal(err)
 			}
-			expect("y")
+			awaitName(t, reconciled, "a/y", 10*time.Second, "a/y reconciled")
 			var dump strings.Builder
 			if err := pprof.Lookup("goroutine").WriteTo(&dump, 2); err != nil {
 				t.Fatal(err)
