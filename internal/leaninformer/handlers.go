@@ -62,18 +62,19 @@ func (i *Informer) AddEventHandlerWithOptions(handler toolscache.ResourceEventHa
 		synced:    make(chan struct{}),
 		upstream:  i.hasSynced,
 		replayed:  !i.started,
-		joining:   i.started,
 	}
+	joining := i.started
+	r.joining.Store(joining)
 	r.nextResync = i.clock.Now().Add(r.resync)
 	r.syncing.Store(true) // as client-go's: until the first resync check
 	var replay []any
-	if i.started {
+	if joining {
 		replay = i.indexer.List()
 	}
 	i.handlers = append(slices.Clip(i.handlers), r)
 	i.mu.Unlock()
 
-	if r.joining {
+	if joining {
 		r.join(replay)
 	} else {
 		r.mu.Lock()
@@ -139,9 +140,9 @@ type registration struct {
 
 	syncing atomic.Bool // its resync is due: it gets updates that change nothing
 	removed atomic.Bool
+	joining atomic.Bool // it replays the store; events wait in pending (set under mu)
 
 	mu       sync.Mutex
-	joining  bool    // it replays the store; events wait in pending
 	pending  []event // events that came while it replayed
 	upstream bool    // the informer has synced
 	replayed bool    // it has seen what the store held when it joined
@@ -174,7 +175,8 @@ func (r *registration) join(replay []any) {
 		pending := r.pending
 		r.pending = nil
 		if len(pending) == 0 {
-			r.joining, r.replayed = false, true
+			r.joining.Store(false)
+			r.replayed = true
 			r.closeIfSyncedLocked()
 			r.mu.Unlock()
 			return
@@ -208,13 +210,15 @@ func (r *registration) deliver(e event) {
 	if r.removed.Load() {
 		return
 	}
-	r.mu.Lock()
-	if r.joining {
-		r.pending = append(r.pending, e)
+	if r.joining.Load() {
+		r.mu.Lock()
+		if r.joining.Load() {
+			r.pending = append(r.pending, e)
+			r.mu.Unlock()
+			return
+		}
 		r.mu.Unlock()
-		return
 	}
-	r.mu.Unlock()
 	e.to(r.handler)
 }
 

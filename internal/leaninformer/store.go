@@ -70,12 +70,11 @@ func (i *Informer) change(obj any, del bool) error {
 	defer i.deliver.Unlock()
 	i.mu.Lock()
 	var e event
-	switch old, exists, gerr := i.indexer.Get(obj); {
-	case del:
+	if del {
 		e, err = event{typ: deleted, obj: obj}, i.indexer.Delete(obj)
-	case gerr == nil && exists:
+	} else if old, exists, gerr := i.indexer.Get(obj); gerr == nil && exists {
 		e, err = event{typ: updated, old: old, obj: obj}, i.indexer.Update(obj)
-	default:
+	} else {
 		e, err = event{typ: added, obj: obj, initial: !i.hasSynced}, i.indexer.Add(obj)
 	}
 	handlers := i.handlers
