@@ -1,9 +1,11 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -400,9 +402,23 @@ func (r *reachTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	case err != nil:
 	case resp.StatusCode == http.StatusUnauthorized,
 		resp.StatusCode == http.StatusForbidden && isDiscovery(req.URL.Path):
+		// The member stops on a rejection, and its requests end with it:
+		// the caller gets the API server's answer read before that, not
+		// the cancellation of its read.
+		resp.Body = readRejection(resp.Body)
 		r.onRejected(req, resp.StatusCode)
 	}
 	return resp, err
+}
+
+// maxRejectionBody bounds what is read of a rejection's body (a Status).
+const maxRejectionBody = 64 << 10
+
+// readRejection reads and closes body, and returns what it held.
+func readRejection(body io.ReadCloser) io.ReadCloser {
+	b, _ := io.ReadAll(io.LimitReader(body, maxRejectionBody))
+	_ = body.Close()
+	return io.NopCloser(bytes.NewReader(b))
 }
 
 // isDiscovery reports whether path is a discovery document: /api, /apis,
