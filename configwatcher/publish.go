@@ -1,6 +1,7 @@
 package configwatcher
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -41,6 +42,10 @@ type publisher struct {
 	// last maps a cluster name to what was last published for it. It
 	// belongs to the goroutine calling apply.
 	last map[string]publishedConfig
+	// refused maps each desired name that config.ValidateName refuses to
+	// the error reported for it, so that it is reported once while it
+	// stays. It belongs to the goroutine calling apply.
+	refused map[string]string
 
 	closeOnce sync.Once
 }
@@ -58,7 +63,8 @@ func newPublisher(log logr.Logger) *publisher {
 		log:    log,
 		events: make(chan Event, publishEventBuffer),
 		errors: make(chan error, publishErrorBuffer),
-		last:   map[string]publishedConfig{},
+		last:    map[string]publishedConfig{},
+		refused: map[string]string{},
 	}
 }
 
@@ -87,8 +93,12 @@ func (p *publisher) apply(desired map[string]*config.NamedConfig, stop <-chan st
 			deleted = append(deleted, change{ev: Event{Type: Deleted, Config: old.cfg}})
 		}
 	}
+	p.refuseInvalidNames(desired)
 	for name, cfg := range desired {
 		if cfg == nil {
+			continue
+		}
+		if _, bad := p.refused[name]; bad {
 			continue
 		}
 		old, ok := p.last[name]
@@ -122,6 +132,38 @@ func (p *publisher) apply(desired map[string]*config.NamedConfig, stop <-chan st
 		}
 	}
 	return true
+}
+
+// refuseInvalidNames is the watchers' side of the one gate for cluster
+// names (config.ValidateName): a desired cluster whose name it refuses is
+// never published, and the refusal is reported once, naming the object or
+// file that gave the name, for as long as that source keeps giving it.
+// Nothing with such a name can have been published before.
+func (p *publisher) refuseInvalidNames(desired map[string]*config.NamedConfig) {
+	for name := range p.refused {
+		if desired[name] == nil {
+			delete(p.refused, name)
+		}
+	}
+	for name, cfg := range desired {
+		if cfg == nil {
+			continue
+		}
+		err := config.ValidateName(name)
+		if err == nil {
+			continue
+		}
+		src := cfg.Source.String()
+		if src == "" {
+			src = "an unnamed source"
+		}
+		err = fmt.Errorf("configwatcher: %s: %w; that cluster is left out", src, err)
+		if p.refused[name] == err.Error() {
+			continue
+		}
+		p.refused[name] = err.Error()
+		p.report(err)
+	}
 }
 
 // published returns what was last published for name, if anything: the

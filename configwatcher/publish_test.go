@@ -3,6 +3,7 @@ package configwatcher
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -206,5 +207,53 @@ func TestPublishNeverReadsWhatItHandedOut(t *testing.T) {
 	wg.Wait()
 	if got := drainPublished(p); len(got) != 0 {
 		t.Errorf("the same config again published %v", got)
+	}
+}
+
+// A name the gate refuses is never published; the refusal names the source
+// once while the source keeps giving it, and the rest of the fleet is
+// published as usual.
+func TestPublishRefusesInvalidNames(t *testing.T) {
+	p := newPublisher(logr.Discard())
+	defer p.close()
+	bad := pubConfig("evil-\xff\xfe", "https://evil", "t")
+	bad.Source.Object = "Secret argocd/evil"
+	good := pubConfig("good", "https://good", "t")
+	for range 3 {
+		if !p.apply(fleetOf(bad, good), nil) {
+			t.Fatal("apply reported stop")
+		}
+	}
+	if got := drainPublished(p); !sameEvents(got, []string{"Added good"}) {
+		t.Fatalf("published %v, want only Added good", got)
+	}
+	var errs []error
+	for done := false; !done; {
+		select {
+		case err := <-p.errors:
+			errs = append(errs, err)
+		default:
+			done = true
+		}
+	}
+	if len(errs) != 1 {
+		t.Fatalf("reported %d errors, want 1: %v", len(errs), errs)
+	}
+	if !errors.Is(errs[0], config.ErrInvalidName) || !strings.Contains(errs[0].Error(), "Secret argocd/evil") || strings.Contains(errs[0].Error(), "\xff") {
+		t.Fatalf("error %q: want ErrInvalidName naming Secret argocd/evil without the raw bytes", errs[0])
+	}
+	// Gone and back: reported again.
+	p.apply(fleetOf(good), nil)
+	p.apply(fleetOf(bad, good), nil)
+	select {
+	case err := <-p.errors:
+		if !errors.Is(err, config.ErrInvalidName) {
+			t.Fatalf("got %v", err)
+		}
+	default:
+		t.Fatal("a refused name that came back was not reported again")
+	}
+	if got := drainPublished(p); len(got) != 0 {
+		t.Fatalf("published %v", got)
 	}
 }

@@ -36,8 +36,9 @@ var (
 	// ErrClusterExists is returned by Add of a known name with a different
 	// config. Use Update to change a cluster's config.
 	ErrClusterExists = errors.New("cluster already exists with a different config (use Update)")
-	// ErrInvalidConfig is returned for a NamedConfig without a name or a
-	// rest.Config.
+	// ErrInvalidConfig is returned for a NamedConfig without a rest.Config
+	// or whose name config.ValidateName refuses (the error wraps
+	// config.ErrInvalidName then).
 	ErrInvalidConfig = errors.New("invalid cluster config")
 	// ErrStopTimeout is returned when a member's Manager did not stop
 	// within Options.StopTimeout. It goes on stopping in the background,
@@ -239,9 +240,14 @@ func validate(nc *config.NamedConfig) error {
 	switch {
 	case nc == nil:
 		return fmt.Errorf("%w: nil", ErrInvalidConfig)
-	case nc.Name == "":
-		return fmt.Errorf("%w: empty name (%s)", ErrInvalidConfig, nc.Source.String())
-	case nc.Config == nil:
+	}
+	if err := config.ValidateName(nc.Name); err != nil {
+		if src := nc.Source.String(); src != "" {
+			return fmt.Errorf("%w from %s: %w", ErrInvalidConfig, src, err)
+		}
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if nc.Config == nil {
 		return fmt.Errorf("%w: cluster %q has no rest.Config", ErrInvalidConfig, nc.Name)
 	}
 	return nil
