@@ -65,6 +65,10 @@ var (
 		Help:    "Per handover, how long no replica ran the cluster: from its release, or its holder's last heartbeat, to its takeover (sharding).",
 		Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60},
 	}, []string{"replica"})
+	shardDuplicate = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mccr_shard_duplicate_identity",
+		Help: "1 while another process renews this replica's Lease (two replicas share one identity; this one runs no cluster meanwhile), else 0 (sharding).",
+	}, []string{"replica"})
 
 	registerOnce sync.Once
 )
@@ -72,7 +76,7 @@ var (
 func registerMetrics() {
 	registerOnce.Do(func() {
 		metrics.Registry.MustRegister(clusterReady, clusterTimeToReady, clusterFailures, clusterRestarts,
-			reconcileTotal, reconcileErrors, reconcileTime, shardOwned, shardHandovers, shardUnowned)
+			reconcileTotal, reconcileErrors, reconcileTime, shardOwned, shardHandovers, shardUnowned, shardDuplicate)
 	})
 }
 
@@ -127,12 +131,20 @@ func (s clusterSeries) forget() {
 	reconcileTime.DeletePartialMatch(byCluster)
 }
 
-// shardSeries is a sharded replica's series.
+// shardSeries is a sharded replica's series (shard.Metrics).
 type shardSeries struct{ replica string }
 
-func (s shardSeries) owned(n int) { shardOwned.WithLabelValues(s.replica).Set(float64(n)) }
+func (s shardSeries) Owned(n int) { shardOwned.WithLabelValues(s.replica).Set(float64(n)) }
 
-func (s shardSeries) handover(unowned time.Duration) {
+func (s shardSeries) Handover(unowned time.Duration) {
 	shardHandovers.WithLabelValues(s.replica).Inc()
 	shardUnowned.WithLabelValues(s.replica).Observe(unowned.Seconds())
+}
+
+func (s shardSeries) DuplicateIdentity(dup bool) {
+	v := 0.0
+	if dup {
+		v = 1
+	}
+	shardDuplicate.WithLabelValues(s.replica).Set(v)
 }

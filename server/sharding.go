@@ -5,17 +5,29 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
-	"regexp"
-	"strings"
 	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+
+	"github.com/mccr-dev/mccr/internal/shard"
 )
 
+// ErrNoShardGroup is returned by NewServer for a sharded Server whose
+// replicas' Group is not set: neither ShardingOptions.Group nor the
+// LeaderElectionID of the ctrl.Options names it.
+var ErrNoShardGroup = errors.New("sharding: no Group: set ShardingOptions.Group (or ctrl.Options.LeaderElectionID) to a name of this program")
+
 // ShardingOptions splits the fleet among the replicas of one program (see
-// WithSharding). The zero value is usable: every field has a default.
+// WithSharding). Every field but Group has a default.
 type ShardingOptions struct {
 	// Identity names this replica; unique among the replicas and new for
-	// each process. Defaults to the host name and a random suffix.
+	// each process. Defaults to the host name and a random suffix. Two
+	// processes that share one (a copied Deployment, a host name shared on
+	// hostNetwork) are detected: each logs an error, records a Warning
+	// event on its Lease, sets mccr_shard_duplicate_identity, fails
+	// ShardingReadyCheck and runs no cluster until it is alone again.
 	Identity string
 
 	// Namespace holds the Leases on the host cluster. Defaults to the
@@ -23,20 +35,28 @@ type ShardingOptions struct {
 	// "default".
 	Namespace string
 
-	// Group names the replicas that share one fleet: their Leases carry it
-	// as a label, and only they count for each other. Defaults to the
-	// LeaderElectionID of the ctrl.Options, else "mccr".
+	// Group names the replicas that share one fleet: only replicas of the
+	// same Group count for each other, and any two different Groups —
+	// whatever their length, case or punctuation — never share a Lease.
+	// Defaults to the LeaderElectionID of the ctrl.Options; NewServer
+	// refuses a sharded Server without either (ErrNoShardGroup), since two
+	// programs sharded in one namespace under one default would split one
+	// fleet between them.
 	Group string
 
 	// LeaseDuration is how long a replica that stopped renewing its Lease
 	// still counts as live: its clusters move elsewhere that long after it
-	// was last heard from. RenewDeadline is how long a replica keeps its
-	// clusters while it cannot renew; it must stop them before
-	// LeaseDuration passes, so keep the members' graceful shutdown well
-	// under LeaseDuration − RenewDeadline (NewServer refuses otherwise).
-	// RetryPeriod is how often a replica renews. Defaults: RenewDeadline
-	// 10s, RetryPeriod 2s, LeaseDuration 15s or RenewDeadline + the
-	// members' graceful shutdown timeout + 2s, whichever is longer.
+	// was last heard from. Each replica writes it into its Leases, and the
+	// others judge it by what it wrote, not by their own setting, so
+	// replicas with different timings (during a rolling update that
+	// changes them) never run a cluster at once. RenewDeadline is how long
+	// a replica keeps its clusters while it cannot renew; it must stop
+	// them before LeaseDuration passes, so keep the members' graceful
+	// shutdown well under LeaseDuration − RenewDeadline (NewServer refuses
+	// otherwise). RetryPeriod is how often a replica renews, and retries
+	// while it cannot. Defaults: RenewDeadline 10s, RetryPeriod 2s,
+	// LeaseDuration 15s or RenewDeadline + the members' graceful shutdown
+	// timeout + 2s, whichever is longer.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 
 	// LoadFactor bounds each replica's load to ceil(LoadFactor × clusters
@@ -51,25 +71,34 @@ type ShardingOptions struct {
 // WithSharding runs the Server as one of several replicas that split the
 // fleet between them, coordinated through Leases on the host cluster
 // (coordination.k8s.io; the host identity needs get, list, watch, create,
-// update and delete on leases in ShardingOptions.Namespace).
+// update and delete on leases in ShardingOptions.Namespace, and create on
+// events.k8s.io events to report a duplicate identity).
 //
 // Every replica runs the same program with the same cluster sources. Each
-// heartbeats a Lease of its own; the live replicas are those whose Lease
-// was renewed within LeaseDuration. Each cluster is assigned to one live
-// replica by consistent hashing with bounded loads, and runs there only
-// once that replica holds the cluster's own Lease: a replica takes a
-// cluster's Lease only when its previous holder released it (after its
-// Manager stopped) or the holder's replica Lease expired, so no cluster
-// ever runs on two replicas at once. A replica that stops gracefully hands
-// its clusters over before it exits; one that dies loses them
-// LeaseDuration after it was last heard from.
+// renews a Lease of its own; the live replicas are those whose Lease
+// changed, as each replica sees it, within the lease duration the Lease
+// declares. Each cluster is assigned to one live replica by consistent
+// hashing with bounded loads, and runs there only while that replica holds
+// the cluster's own Lease: a replica takes a cluster's Lease only when its
+// previous holder released it (after its Manager stopped) or the holder's
+// claim expired by the duration it declared, so no cluster ever runs on
+// two replicas at once. A replica that stops gracefully hands its clusters
+// over before it exits; one that dies loses them LeaseDuration after it
+// was last heard from. After the host cluster's API server was down (an
+// upgrade of the control plane), every replica runs its clusters again
+// within a renewal of it answering.
 //
 // On each replica, Status and the fan-out client cover every cluster:
-// those another replica runs are in PhaseElsewhere with their Owner, calls
-// aimed at them fail with ErrClusterElsewhere naming it, and fleet-wide
-// Lists cover this replica's clusters only. Members no longer wait for the
-// host Manager's leader election; host controllers that must run once
-// still do.
+// those another replica runs are in PhaseElsewhere with their Owner, and a
+// call aimed at one of them — a read as much as a write — fails at once
+// with client.ErrClusterElsewhere (use errors.Is), its message naming the
+// cluster and the owner, and Status(name).Owner giving the owner. A replica
+// answers only for the clusters it runs, from the caches it keeps for them
+// alone; a caller that needs another replica's cluster asks that replica.
+// Fleet-wide Lists cover this replica's clusters only. Members no longer
+// wait for the host Manager's leader election; host controllers that must
+// run once still do. ShardingReadyCheck gives a readiness check that fails
+// while another process uses this replica's identity.
 func WithSharding(o ShardingOptions) Option {
 	return func(opts *Options) { opts.Sharding = &o }
 }
@@ -90,9 +119,6 @@ func (o *ShardingOptions) defaults(leaderElectionNamespace, leaderElectionID str
 	if o.Group == "" {
 		o.Group = leaderElectionID
 	}
-	if o.Group == "" {
-		o.Group = "mccr"
-	}
 	if o.RenewDeadline <= 0 {
 		o.RenewDeadline = 10 * time.Second
 	}
@@ -108,30 +134,34 @@ func (o *ShardingOptions) defaults(leaderElectionNamespace, leaderElectionID str
 
 func (o *ShardingOptions) validate(memberShutdown time.Duration, forever bool) error {
 	switch {
+	case o.Group == "":
+		return ErrNoShardGroup
 	case forever:
 		return errors.New("sharding: members need a finite GracefulShutdownTimeout: a replica that cannot renew its Lease must have stopped its clusters before others take them")
 	case memberShutdown >= o.LeaseDuration-o.RenewDeadline:
 		return fmt.Errorf("sharding: members' GracefulShutdownTimeout (%s) must be shorter than LeaseDuration − RenewDeadline (%s): a replica that cannot renew its Lease must have stopped its clusters before others take them", memberShutdown, o.LeaseDuration-o.RenewDeadline)
-	case o.LeaseDuration > time.Hour:
-		return fmt.Errorf("sharding: LeaseDuration (%s) over an hour", o.LeaseDuration)
+	case o.LeaseDuration > shard.MaxLeaseDuration:
+		return fmt.Errorf("sharding: LeaseDuration (%s) over %s", o.LeaseDuration, shard.MaxLeaseDuration)
+	case o.LeaseDuration%time.Second != 0:
+		return fmt.Errorf("sharding: LeaseDuration (%s) is not a whole number of seconds, as a Lease declares it", o.LeaseDuration)
 	case o.RenewDeadline >= o.LeaseDuration:
 		return fmt.Errorf("sharding: RenewDeadline (%s) must be shorter than LeaseDuration (%s)", o.RenewDeadline, o.LeaseDuration)
 	case o.RetryPeriod >= o.RenewDeadline:
 		return fmt.Errorf("sharding: RetryPeriod (%s) must be shorter than RenewDeadline (%s)", o.RetryPeriod, o.RenewDeadline)
-	case dnsLabel(o.Group) == "":
-		return fmt.Errorf("sharding: Group %q has no letters or digits", o.Group)
 	}
 	return nil
 }
 
-var notDNS = regexp.MustCompile(`[^a-z0-9-]+`)
-
-// dnsLabel makes s fit in a Lease name and a label value: lower case
-// letters, digits and dashes, at most 40 characters.
-func dnsLabel(s string) string {
-	s = strings.Trim(notDNS.ReplaceAllString(strings.ToLower(s), "-"), "-")
-	if len(s) > 40 {
-		s = strings.Trim(s[:40], "-")
+// ShardingReadyCheck returns a health check, for the host Manager's
+// AddReadyzCheck, that fails while another process renews this replica's
+// Lease (two replicas share one Identity); such a replica runs no cluster
+// until it is alone again. It always passes on a Server without sharding.
+// The Server adds no such check by itself.
+func (s *Server) ShardingReadyCheck() healthz.Checker {
+	return func(req *http.Request) error {
+		if s.shard == nil {
+			return nil
+		}
+		return s.shard.Check(req)
 	}
-	return s
 }

@@ -24,6 +24,7 @@ import (
 
 	mcclient "github.com/mccr-dev/mccr/client"
 	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/internal/shard"
 	"github.com/mccr-dev/mccr/known"
 	"github.com/mccr-dev/mccr/server"
 	"github.com/mccr-dev/mccr/test"
@@ -352,40 +353,42 @@ func TestShardingLostLeaseWrites(t *testing.T) {
 }
 
 // TestShardingLeaseDeletedByHand: a replica whose Lease is deleted under it
-// (by hand, or by a clean-up job) stops its clusters and joins again; the
-// others do not take them while it may still run them.
+// (by hand, or by a clean-up job) creates it again at its next renewal,
+// well within the lease duration the others wait before they take its
+// clusters: nothing moves, nothing runs twice.
 func TestShardingLeaseDeletedByHand(t *testing.T) {
 	h := newShardHarness(t, 8)
 	replicas := map[string]replica{"a": h.start("a", nil), "b": h.start("b", nil)}
 	h.settled(replicas)
-	h.w.mu.Lock()
-	startsBefore := h.w.starts["a"]
-	h.w.mu.Unlock()
 	host := adminClient(t, "host")
 	var leases coordinationv1.LeaseList
 	if err := host.List(t.Context(), &leases, crclient.InNamespace(h.ns)); err != nil {
 		t.Fatal(err)
 	}
-	deleted := 0
+	var deleted *coordinationv1.Lease
 	for i := range leases.Items {
 		l := &leases.Items[i]
-		if l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == "a" && l.Labels["mccr.dev/shard-role"] == "replica" {
+		if ptr.Deref(l.Spec.HolderIdentity, "") == "a" && l.Labels[shard.RoleLabel] == shard.RoleReplica {
 			if err := host.Delete(t.Context(), l); err != nil {
 				t.Fatal(err)
 			}
-			deleted++
+			deleted = l
 		}
 	}
-	if deleted != 1 {
-		t.Fatalf("deleted %d Leases of replica a, want 1", deleted)
+	if deleted == nil {
+		t.Fatal("replica a has no Lease")
 	}
-	// a stops what it ran, comes back, and the fleet settles again with
-	// both replicas.
-	test.Eventually(t, 30*time.Second, "a starts clusters again", func() bool {
-		h.w.mu.Lock()
-		defer h.w.mu.Unlock()
-		return h.w.starts["a"] > startsBefore
+	before := h.w.owners()
+	test.Eventually(t, 10*time.Second, "a's Lease is back", func() bool {
+		var l coordinationv1.Lease
+		err := host.Get(t.Context(), crclient.ObjectKeyFromObject(deleted), &l)
+		return err == nil && l.UID != deleted.UID
 	})
 	h.settled(replicas)
+	for n, rs := range h.w.owners() {
+		if before[n][0] != rs[0] {
+			t.Errorf("%s moved from %s to %s", n, before[n][0], rs[0])
+		}
+	}
 	h.noDoubles()
 }

@@ -1,0 +1,304 @@
+package shard
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+)
+
+// maxHistory bounds how many superseded versions of a Lease the cache
+// remembers, to drop a lagging watch's copies of them.
+const maxHistory = 8
+
+// record is what a Lease says of its holder's claim. As client-go's leader
+// election compares whole records, a replica counts any change to it as a
+// sign of life of its writer, timed by its own clock when it saw the
+// change: the clock of the machine that wrote renewTime never enters a
+// judgement.
+type record struct {
+	holder      string
+	duration    int32
+	renew       time.Time
+	acquire     time.Time
+	transitions int32
+	writer      string
+	leaving     string
+	standby     string
+	cluster     string
+}
+
+func recordOf(l *coordinationv1.Lease) record {
+	r := record{
+		holder:      ptr.Deref(l.Spec.HolderIdentity, ""),
+		duration:    ptr.Deref(l.Spec.LeaseDurationSeconds, 0),
+		transitions: ptr.Deref(l.Spec.LeaseTransitions, 0),
+		writer:      l.Annotations[WriterAnnotation],
+		leaving:     l.Annotations[LeavingAnnotation],
+		standby:     l.Annotations[StandbyAnnotation],
+		cluster:     l.Annotations[ClusterAnnotation],
+	}
+	if l.Spec.RenewTime != nil {
+		r.renew = l.Spec.RenewTime.Time
+	}
+	if l.Spec.AcquireTime != nil {
+		r.acquire = l.Spec.AcquireTime.Time
+	}
+	return r
+}
+
+// entry is what this replica knows of one Lease.
+type entry struct {
+	// lease is shared and never written: copy it before a change.
+	lease *coordinationv1.Lease
+	rec   record
+	// since is when this replica first saw rec (its local clock).
+	since time.Time
+	// gone: the Lease was deleted. A replica's Lease is kept that way
+	// while its claim may still stand (its holder may still run clusters).
+	gone bool
+	// watched: the watch delivered this version; else it came from a read
+	// or a write of this replica, and a relist that misses it may be older.
+	watched bool
+	at      time.Time // when this version arrived
+}
+
+func (e *entry) role() string { return e.lease.Labels[RoleLabel] }
+
+// declared is how long the Lease's holder said its claim lasts after a
+// renewal: its leaseDurationSeconds, bounded by maxLeaseDuration so that a
+// hostile value cannot keep a cluster from running for years; fallback
+// when the Lease does not say.
+func (e *entry) declared(fallback time.Duration) time.Duration {
+	if e.rec.duration <= 0 {
+		return fallback
+	}
+	return min(time.Duration(e.rec.duration)*time.Second, MaxLeaseDuration)
+}
+
+// expired reports whether the Lease's record has gone unchanged, as this
+// replica saw it, for the duration its writer declared.
+func (e *entry) expired(now time.Time, fallback time.Duration) bool {
+	return !now.Before(e.since.Add(e.declared(fallback)))
+}
+
+// cache is this replica's view of its Group's Leases, fed by the watch
+// (watched, relist) and by its own reads and writes (fresh). A read or a
+// write's answer comes from the API server and wins over what the watch
+// delivered so far; a version the replica has seen replaced is never taken
+// back from a watch that lags — the stale copy a lagging informer holds is
+// exactly what made renewals conflict for as long as it lagged.
+type cache struct {
+	clock clock.PassiveClock
+	group string
+	// grace is how long a version from a read or write survives relists
+	// that do not show it yet.
+	grace  time.Duration
+	notify func()
+
+	mu         sync.Mutex
+	entries    map[string]*entry
+	superseded map[string][]string // name → resourceVersions seen replaced, oldest first
+	synced     bool
+	lastEvent  time.Time // last delivery of the watch (event or list)
+}
+
+func newCache(clk clock.PassiveClock, group string, grace time.Duration, notify func()) *cache {
+	return &cache{clock: clk, group: group, grace: grace, notify: notify, entries: map[string]*entry{}, superseded: map[string][]string{}}
+}
+
+// belongs reports whether l is one of the Group's Leases: the annotation,
+// not the label (a hash), says so exactly.
+func (c *cache) belongs(l *coordinationv1.Lease) bool {
+	role := l.Labels[RoleLabel]
+	return l.Annotations[GroupAnnotation] == c.group && (role == RoleReplica || role == RoleCluster)
+}
+
+// fresh takes l as read from the API server or returned by a write.
+func (c *cache) fresh(l *coordinationv1.Lease) {
+	if !c.belongs(l) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.superseded[l.Name] = slices.DeleteFunc(c.superseded[l.Name], func(rv string) bool { return rv == l.ResourceVersion })
+	c.putLocked(l, false)
+}
+
+// watched takes l as the watch delivered it.
+func (c *cache) watched(l *coordinationv1.Lease) {
+	c.mu.Lock()
+	c.lastEvent = c.clock.Now()
+	changed := c.belongs(l) && c.watchedLocked(l)
+	c.mu.Unlock()
+	if changed && c.notify != nil {
+		c.notify()
+	}
+}
+
+func (c *cache) watchedLocked(l *coordinationv1.Lease) bool {
+	if slices.Contains(c.superseded[l.Name], l.ResourceVersion) {
+		return false
+	}
+	return c.putLocked(l, true)
+}
+
+func (c *cache) putLocked(l *coordinationv1.Lease, watched bool) (changed bool) {
+	now := c.clock.Now()
+	old := c.entries[l.Name]
+	e := &entry{lease: l, rec: recordOf(l), since: now, watched: watched, at: now}
+	if old != nil {
+		if !old.gone && old.lease.ResourceVersion == l.ResourceVersion {
+			old.watched = old.watched || watched
+			return false
+		}
+		if old.rec == e.rec {
+			e.since = old.since
+		}
+		if !old.gone {
+			c.supersedeLocked(l.Name, old.lease.ResourceVersion)
+		}
+	}
+	c.entries[l.Name] = e
+	return true
+}
+
+func (c *cache) supersedeLocked(name, rv string) {
+	h := append(c.superseded[name], rv)
+	if len(h) > maxHistory {
+		h = h[len(h)-maxHistory:]
+	}
+	c.superseded[name] = h
+}
+
+// watchedDelete takes the watch's word that l was deleted.
+func (c *cache) watchedDelete(l *coordinationv1.Lease) {
+	c.mu.Lock()
+	c.lastEvent = c.clock.Now()
+	old := c.entries[l.Name]
+	// A delete of an earlier incarnation, delivered late, spares the one
+	// this replica has just created.
+	changed := old != nil && !old.gone && (old.watched || old.lease.UID == l.UID)
+	if changed {
+		c.deleteLocked(l.Name)
+	}
+	c.mu.Unlock()
+	if changed && c.notify != nil {
+		c.notify()
+	}
+}
+
+// missing takes a read's word that the Lease name does not exist.
+func (c *cache) missing(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.entries[name]; old != nil && !old.gone {
+		c.deleteLocked(name)
+	}
+}
+
+// deleteLocked forgets a Lease; a replica's stays as a tombstone with its
+// record and since, for its claim may stand until its declared duration
+// has passed (prune drops it then).
+func (c *cache) deleteLocked(name string) {
+	old := c.entries[name]
+	c.supersedeLocked(name, old.lease.ResourceVersion)
+	if old.role() != RoleReplica {
+		delete(c.entries, name)
+		return
+	}
+	e := *old
+	e.gone, e.at = true, c.clock.Now()
+	c.entries[name] = &e
+}
+
+// relist replaces what the watch delivered with a list's items.
+func (c *cache) relist(items []coordinationv1.Lease) {
+	c.mu.Lock()
+	now := c.clock.Now()
+	c.lastEvent, c.synced = now, true
+	listed := make(map[string]bool, len(items))
+	for i := range items {
+		l := &items[i]
+		if !c.belongs(l) {
+			continue
+		}
+		listed[l.Name] = true
+		c.watchedLocked(l)
+	}
+	for name, e := range c.entries {
+		// A version from a read or write may be newer than the list; it
+		// stays until the watch shows it, for a while.
+		if !listed[name] && !e.gone && (e.watched || now.Sub(e.at) >= c.grace) {
+			c.deleteLocked(name)
+		}
+	}
+	c.mu.Unlock()
+	if c.notify != nil {
+		c.notify()
+	}
+}
+
+// touch records that the watch is alive (a bookmark).
+func (c *cache) touch() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lastEvent = c.clock.Now()
+}
+
+// prune drops the tombstones of replicas whose claims have ended.
+func (c *cache) prune(now time.Time, fallback time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, e := range c.entries {
+		if e.gone && e.expired(now, fallback) {
+			delete(c.entries, name)
+		}
+	}
+}
+
+// blind restarts every record's clock at now: while this replica could not
+// reach the API server it saw no renewal, so silence over that time tells
+// nothing of the others.
+func (c *cache) blind(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.entries {
+		if e.since.Before(now) {
+			e.since = now
+		}
+	}
+}
+
+// get returns a copy of the entry for name.
+func (c *cache) get(name string) (entry, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[name]
+	if !ok {
+		return entry{}, false
+	}
+	return *e, true
+}
+
+// snapshot returns a copy of every entry.
+func (c *cache) snapshot() map[string]entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]entry, len(c.entries))
+	for name, e := range c.entries {
+		out[name] = *e
+	}
+	return out
+}
+
+// state returns whether the first list arrived, and when the watch last
+// delivered anything.
+func (c *cache) state() (synced bool, lastEvent time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.synced, c.lastEvent
+}

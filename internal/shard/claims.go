@@ -1,0 +1,285 @@
+package shard
+
+import (
+	"context"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// The rules for a cluster's Lease, which say who may run the cluster:
+//
+//   - A replica runs a cluster only while its last write of the Lease
+//     named it and stands: it wrote the version the Lease has (or a write
+//     whose answer was lost, which a read resolves), and it has renewed its
+//     own Lease within the renew deadline ever since.
+//   - It takes a Lease that was released (no holder), that holds its own
+//     standing claim, or whose holder's claim has expired: the Lease has
+//     gone unchanged, as this replica saw it, for the duration it
+//     declares, and its holder's replica Lease has too (read from the API
+//     server before taking). A Lease that names this replica's identity
+//     but was written by another process counts as another holder's, and
+//     is taken only once this replica has been alone for that long.
+//     Every take is an update at the version seen, so of two replicas
+//     that judge at once only one succeeds.
+//   - It lets go of a cluster the assignment gives elsewhere: it stops the
+//     cluster here, and once its Manager has stopped, releases the Lease
+//     (or deletes it, for a cluster that left the fleet).
+//   - Nobody takes a cluster from a replica that renews its Lease. So when
+//     the Lease of a cluster this replica runs changes under it (a backup
+//     restored, a GitOps tool applying an old copy, a hand edit), the
+//     replica reads it to be sure and claims it again, and goes on running
+//     it: the copy's holder would only take it after the copy had stood
+//     for its whole duration. Whatever such edits do, a cluster stops and
+//     starts at most once per edit.
+
+// claim is this replica's part in one cluster's Lease.
+type claim struct {
+	running  bool            // told to run here (Members.Own)
+	stopping <-chan struct{} // told to stop here; closes once it has
+	watched  <-chan struct{} // the stopping channel a goroutine waits on to poke the loop
+	lastRV   string          // the version of this replica's last standing write
+	pending  bool            // a write of a claim whose outcome is unknown
+	checked  time.Time       // last read to confirm someone else's write
+}
+
+// mine reports whether e holds this replica's standing claim.
+func (c *Coordinator) mine(cl *claim, e entry) bool {
+	return !e.gone && e.rec.holder == c.o.Identity && e.rec.writer == c.o.Writer &&
+		(e.lease.ResourceVersion == cl.lastRV || cl.pending)
+}
+
+// settle brings one cluster in line: owner is the replica the assignment
+// gives it to, desired whether it is in the fleet, run whether this
+// replica may run clusters now.
+func (c *Coordinator) settle(ctx context.Context, name string, snap map[string]entry, owner string, desired, run bool) {
+	cl := c.claims[name]
+	if cl == nil {
+		cl = &claim{}
+		c.claims[name] = cl
+	}
+	defer func() {
+		if !cl.running && cl.stopping == nil && cl.lastRV == "" && !cl.pending {
+			delete(c.claims, name)
+		}
+	}()
+	now := c.o.Clock.Now()
+	leaseName := ClusterLeaseName(c.o.Group, name)
+	e, exists := snap[leaseName]
+	if exists && (e.role() != RoleCluster || e.rec.cluster != name) {
+		return // not this cluster's Lease, whatever its name says: leave it alone
+	}
+	want := run && desired && owner == c.o.Identity
+
+	if cl.running && !want {
+		c.log.V(1).Info("sharding: letting go of cluster", "cluster", name, "to", owner)
+		cl.running = false
+	}
+	if !cl.running {
+		c.tell(name, cl, c.statusOwner(e, exists, owner, now))
+	}
+	if cl.stopping != nil {
+		select {
+		case <-cl.stopping:
+			cl.stopping = nil
+		default:
+			if cl.watched != cl.stopping {
+				cl.watched = cl.stopping
+				go func(ch <-chan struct{}) { <-ch; c.poke() }(cl.stopping)
+			}
+			return
+		}
+	}
+	if cl.running {
+		c.verify(ctx, name, cl, e, exists, now)
+		return
+	}
+	if c.budget <= 0 {
+		return
+	}
+	c.renewIfDue(ctx)
+	if !c.hb.healthy(c.o.Clock.Now()) {
+		return // no writes: its claims end with its Lease
+	}
+	switch {
+	case want:
+		if c.take(ctx, name, cl, e, exists, now) && c.hb.healthy(c.o.Clock.Now()) {
+			cl.running = true
+			c.told[name] = ownTag
+			c.members.Own(name)
+		}
+	case exists && e.rec.holder == c.o.Identity && (c.mine(cl, e) || c.hb.alone(now) && e.expired(now, c.o.LeaseDuration)):
+		// Not this replica's to run, but its Lease still names it.
+		c.release(ctx, name, cl, e, desired)
+	}
+}
+
+// tell lets Members know who runs a cluster this replica does not run, once
+// per change; the channel Disown returns closes once nothing of the cluster
+// runs here.
+func (c *Coordinator) tell(name string, cl *claim, owner string) {
+	if prev, ok := c.told[name]; ok && prev == owner {
+		return
+	}
+	c.told[name] = owner
+	cl.stopping = c.members.Disown(name, owner)
+}
+
+// statusOwner is who Members should say runs a cluster this replica does
+// not: the Lease's holder if it is a live replica, else the replica the
+// cluster is assigned to, else nobody yet.
+func (c *Coordinator) statusOwner(e entry, exists bool, assigned string, now time.Time) string {
+	if exists && e.rec.holder != "" && e.rec.holder != c.o.Identity && c.alive(e.rec.holder, now) {
+		return e.rec.holder
+	}
+	if assigned != c.o.Identity {
+		return assigned
+	}
+	return ""
+}
+
+// take claims a cluster's Lease for this replica, if the rules allow it
+// now.
+func (c *Coordinator) take(ctx context.Context, name string, cl *claim, e entry, exists bool, now time.Time) bool {
+	if !exists {
+		return c.write(ctx, name, cl, nil, c.o.Identity)
+	}
+	handover, since := false, time.Time{}
+	switch {
+	case e.rec.holder == "":
+		handover, since = true, e.rec.renew // released then, by the releaser's clock
+	case c.mine(cl, e):
+	case !e.expired(now, c.o.LeaseDuration):
+		return false
+	case e.rec.holder == c.o.Identity:
+		if !c.hb.alone(now) {
+			return false
+		}
+	default:
+		if c.alive(e.rec.holder, now) || c.confirmAlive(ctx, e.rec.holder) {
+			return false
+		}
+		handover = true
+		if r, ok := c.replicaEntry(e.rec.holder); ok {
+			since = r.rec.renew // its last renewal, by its clock
+		}
+	}
+	if !c.write(ctx, name, cl, &e, c.o.Identity) {
+		return false
+	}
+	if handover {
+		var unowned time.Duration
+		if !since.IsZero() {
+			unowned = max(c.o.Clock.Since(since), 0)
+		}
+		c.o.Metrics.Handover(unowned)
+		c.log.Info("sharding: took over cluster", "cluster", name, "from", e.rec.holder, "unowned", unowned.Round(time.Millisecond).String())
+	}
+	return true
+}
+
+// verify answers a change of the Lease of a cluster this replica runs.
+func (c *Coordinator) verify(ctx context.Context, name string, cl *claim, e entry, exists bool, now time.Time) {
+	if exists && c.mine(cl, e) {
+		cl.lastRV, cl.pending = e.lease.ResourceVersion, false // a lost answer, resolved
+		return
+	}
+	// Someone else's write, or the Lease is gone; the view may lag, so read.
+	if now.Sub(cl.checked) < c.o.RetryPeriod || c.budget <= 0 {
+		return
+	}
+	cl.checked = now
+	leaseName := ClusterLeaseName(c.o.Group, name)
+	c.refresh(ctx, leaseName)
+	fresh, ok := c.cache.get(leaseName)
+	if ok && (fresh.role() != RoleCluster || fresh.rec.cluster != name) {
+		return
+	}
+	if ok && c.mine(cl, fresh) {
+		cl.lastRV, cl.pending = fresh.lease.ResourceVersion, false
+		return
+	}
+	c.log.Info("sharding: the Lease of a cluster this replica runs was changed by someone else; claiming it again",
+		"cluster", name, "holder", fresh.rec.holder, "gone", !ok)
+	var base *entry
+	if ok {
+		base = &fresh
+	}
+	c.renewIfDue(ctx)
+	if c.hb.healthy(c.o.Clock.Now()) {
+		c.write(ctx, name, cl, base, c.o.Identity)
+	}
+}
+
+// release gives a cluster's Lease up: no holder, or deleted when the
+// cluster left the fleet.
+func (c *Coordinator) release(ctx context.Context, name string, cl *claim, e entry, desired bool) {
+	if !desired {
+		leaseName := ClusterLeaseName(c.o.Group, name)
+		c.delete(ctx, leaseName, e)
+		if _, ok := c.cache.get(leaseName); !ok {
+			cl.lastRV, cl.pending = "", false
+		}
+		return
+	}
+	if c.write(ctx, name, cl, &e, "") {
+		c.log.V(1).Info("sharding: released cluster", "cluster", name)
+	}
+}
+
+// write sets the holder of a cluster's Lease at the version base shows
+// (creates it when base is nil).
+func (c *Coordinator) write(ctx context.Context, name string, cl *claim, base *entry, holder string) bool {
+	c.budget--
+	now := c.o.Clock.Now()
+	leaseName := ClusterLeaseName(c.o.Group, name)
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: leaseName, Namespace: c.o.Namespace}}
+	if base != nil {
+		l = base.lease.DeepCopy()
+	}
+	setMeta(l, c.o.Group, RoleCluster, c.o.Writer)
+	setAnnotation(l, ClusterAnnotation, name)
+	if prev := ptr.Deref(l.Spec.HolderIdentity, ""); prev != holder || l.Spec.AcquireTime == nil {
+		if base != nil && holder != "" {
+			l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+		}
+		l.Spec.AcquireTime = &metav1.MicroTime{Time: now}
+	}
+	l.Spec.HolderIdentity = ptr.To(holder)
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(c.o.LeaseDuration / time.Second)) //nolint:gosec // at most MaxLeaseDuration
+	l.Spec.RenewTime = &metav1.MicroTime{Time: now}
+
+	rctx, cancel := context.WithTimeout(ctx, c.o.requestTimeout())
+	var got *coordinationv1.Lease
+	var err error
+	if base == nil {
+		got, err = c.leases.Create(rctx, l, metav1.CreateOptions{})
+	} else {
+		got, err = c.leases.Update(rctx, l, metav1.UpdateOptions{})
+	}
+	cancel()
+	switch {
+	case err == nil:
+		c.cache.fresh(got)
+		c.writes.ok()
+		cl.lastRV, cl.pending = "", false
+		if holder == c.o.Identity {
+			cl.lastRV = got.ResourceVersion
+		}
+		return true
+	case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err):
+		c.refresh(ctx, leaseName) // the version that won
+	case apierrors.IsNotFound(err):
+		c.cache.missing(leaseName)
+	default:
+		// Sent, outcome unknown: a read settles it (mine).
+		if holder == c.o.Identity {
+			cl.pending = true
+		}
+		c.writes.failed(err, "cluster", name)
+	}
+	return false
+}

@@ -1,0 +1,462 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+)
+
+const (
+	// period is how often the loop looks again when nothing pokes it.
+	period = 250 * time.Millisecond
+	// maxRequestsPerStep bounds the reads and writes of cluster Leases in
+	// one step, so that a step stays short and the replica's own Lease is
+	// renewed in time.
+	maxRequestsPerStep = 32
+)
+
+// ErrDuplicateIdentity is the readiness error of a replica that sees
+// another process renew its Lease.
+var ErrDuplicateIdentity = errors.New("another process renews this replica's Lease")
+
+// Coordinator is one replica's part in splitting a fleet among replicas
+// through Leases in one namespace of the host cluster:
+//
+//   - a heartbeat renews the replica's own Lease (heartbeat.go);
+//   - the live replicas are those whose Leases changed, as this replica saw
+//     them, within the lease duration each declared (peers, below);
+//   - each cluster is assigned to one live replica by bounded-load hashing
+//     (ring.go);
+//   - a replica runs a cluster only while it holds the cluster's Lease,
+//     taken and released under the rules of claims.go;
+//   - a watchdog stops every cluster once the replica's Lease has gone
+//     unrenewed for the renew deadline, whatever the loop is doing.
+//
+// It tells the fleet what to run through Members and is never called back
+// by it. Its state belongs to the loop's goroutine.
+type Coordinator struct {
+	o       Options
+	leases  coordclient.LeaseInterface
+	members Members
+	log     logr.Logger
+	cache   *cache
+	watch   *watcher
+	hb      *heartbeat
+	kick    chan struct{}
+	// fences counts the watchdog's firings; the loop drops what it thought
+	// ran when it changes.
+	fences atomic.Int64
+	fenced atomic.Bool
+
+	// The loop's state.
+	seenFences int64
+	claims     map[string]*claim
+	told       map[string]string // name → owner last told to Members ("" none; ownTag: this replica)
+	wasHealthy bool
+	joined     bool // healthy once
+	leaving    bool
+	writes     *failures // of cluster Leases and deletions
+	budget     int
+}
+
+// ownTag is what told holds for a cluster this replica was told to run.
+const ownTag = "\x00own"
+
+// New returns the Coordinator of replica o.Identity, working on leases (a
+// client of o.Namespace's Leases).
+func New(leases coordclient.LeaseInterface, members Members, o Options) *Coordinator {
+	o.defaults()
+	log := o.Logger.WithValues("replica", o.Identity)
+	c := &Coordinator{
+		o: o, leases: leases, members: members, log: log,
+		kick:   make(chan struct{}, 1),
+		claims: map[string]*claim{},
+		told:   map[string]string{},
+	}
+	c.cache = newCache(o.Clock, o.Group, o.RenewDeadline, c.poke)
+	c.watch = newWatcher(leases, o.Group, c.cache, o.Clock, o.RetryPeriod, o.requestTimeout(), log)
+	c.hb = newHeartbeat(&c.o, leases, c.cache, log)
+	c.writes = newFailures(log, o.Clock, "sharding: cannot write a cluster's Lease", "sharding: writing cluster Leases again")
+	// The series exist from the start, at zero.
+	o.Metrics.Owned(0)
+	o.Metrics.DuplicateIdentity(false)
+	return c
+}
+
+func (c *Coordinator) poke() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Check is a readiness check (healthz.Checker): it fails while another
+// process renews this replica's Lease.
+func (c *Coordinator) Check(*http.Request) error {
+	if c.hb.dupFlag.Load() {
+		return fmt.Errorf("sharding: replica %q: %w: give each replica its own identity", c.o.Identity, ErrDuplicateIdentity)
+	}
+	return nil
+}
+
+// Start coordinates until ctx ends, then hands this replica's clusters
+// over and removes its Lease.
+func (c *Coordinator) Start(ctx context.Context) error {
+	// The watch outlives ctx: leaving needs it.
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	wg.Go(func() { c.watch.run(wctx) })
+	if !c.waitSynced(ctx) {
+		return nil
+	}
+	c.log.Info("sharding: joining", "namespace", c.o.Namespace, "group", c.o.Group, "lease", c.hb.name)
+	wg.Go(func() { c.watchdog(wctx.Done()) })
+	t := c.o.Clock.NewTicker(period)
+	defer t.Stop()
+	for ctx.Err() == nil {
+		c.step(context.WithoutCancel(ctx))
+		select {
+		case <-ctx.Done():
+		case <-c.kick:
+		case <-t.C():
+		}
+	}
+	c.leave()
+	return nil
+}
+
+func (c *Coordinator) waitSynced(ctx context.Context) bool {
+	t := c.o.Clock.NewTicker(period)
+	defer t.Stop()
+	for {
+		if synced, _ := c.cache.state(); synced {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-c.kick:
+		case <-t.C():
+		}
+	}
+}
+
+// watchdog stops every cluster of this replica once its Lease has gone
+// unrenewed for the renew deadline, whatever the loop is doing (a step
+// stuck on a hung connection): the others may take the clusters once the
+// declared lease duration has passed since the last renewal, and they
+// must have stopped here by then.
+func (c *Coordinator) watchdog(stop <-chan struct{}) {
+	t := c.o.Clock.NewTicker(period / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C():
+		}
+		c.fenceIfOverdue()
+	}
+}
+
+func (c *Coordinator) fenceIfOverdue() {
+	if c.hb.renewed.Load() == 0 || c.hb.healthy(c.o.Clock.Now()) {
+		c.fenced.Store(false)
+		return
+	}
+	if c.fenced.CompareAndSwap(false, true) {
+		c.fences.Add(1)
+		c.log.Info("sharding: this replica's Lease has not been renewed for the renew deadline; stopping its clusters", "renewDeadline", c.o.RenewDeadline.String())
+	}
+	c.members.StopAll()
+}
+
+// step renews this replica's Lease when due, works out the assignment, and
+// brings each cluster this replica has to do with in line with it.
+func (c *Coordinator) step(ctx context.Context) {
+	c.renewIfDue(ctx)
+	if f := c.fences.Load(); f != c.seenFences {
+		// The watchdog stopped everything: what ran is stopping now, and
+		// Disown tells when it has stopped.
+		c.seenFences = f
+		for _, cl := range c.claims {
+			cl.running, cl.stopping = false, nil
+		}
+		clear(c.told)
+	}
+	now := c.o.Clock.Now()
+	own, ok := c.cache.get(c.hb.name)
+	c.hb.observe(own, ok, now)
+	healthy := c.hb.healthy(now)
+	alone := c.hb.check(now)
+	if healthy && !c.wasHealthy {
+		// Joining, or back from a time without renewals: silence this
+		// replica could not have heard tells nothing of the others, and
+		// the watch may be as stale as its view.
+		c.cache.blind(now)
+		if c.joined {
+			c.watch.restart()
+		}
+		c.joined = true
+	}
+	c.wasHealthy = healthy
+	c.restartQuietWatch(healthy, now)
+	c.cache.prune(now, c.o.LeaseDuration)
+	snap := c.cache.snapshot()
+	run := healthy && alone && !c.leaving
+
+	live := c.peers(snap, now)
+	if run {
+		live = append(live, c.o.Identity)
+	}
+	names := c.members.Names()
+	slices.Sort(names)
+	assigned := Assign(Input{Replicas: live, Names: names, Pins: c.o.Pins, LoadFactor: c.o.LoadFactor})
+	desired := make(map[string]bool, len(names))
+	for _, n := range names {
+		desired[n] = true
+	}
+	c.budget = maxRequestsPerStep
+	concerned := c.concerned(names, snap)
+	for _, name := range concerned {
+		c.settle(ctx, name, snap, assigned[name], desired[name], run)
+	}
+	for name := range c.told {
+		if _, ok := slices.BinarySearch(concerned, name); !ok {
+			delete(c.told, name)
+		}
+	}
+	running := 0
+	for _, cl := range c.claims {
+		if cl.running {
+			running++
+		}
+	}
+	c.o.Metrics.Owned(running)
+	if c.hb.healthy(c.o.Clock.Now()) && !c.leaving {
+		c.forgetReplicas(ctx, snap, now)
+		c.collect(ctx, snap, desired, now)
+	}
+	if c.budget <= 0 {
+		c.poke() // more to do: go on at once
+	}
+}
+
+func (c *Coordinator) renewIfDue(ctx context.Context) {
+	if c.hb.due(c.o.Clock.Now()) {
+		c.hb.renew(ctx)
+	}
+}
+
+// restartQuietWatch starts the watch over when it has delivered nothing
+// for the renew deadline while this replica renews (each renewal is an
+// event): a connection that hangs without breaking.
+func (c *Coordinator) restartQuietWatch(healthy bool, now time.Time) {
+	if synced, last := c.cache.state(); healthy && synced && now.Sub(last) >= c.o.RenewDeadline {
+		c.watch.restart()
+	}
+}
+
+// concerned returns, sorted, the names this replica has to do with: the
+// fleet's, those it has claims on, and those whose Lease names it.
+func (c *Coordinator) concerned(names []string, snap map[string]entry) []string {
+	out := slices.Clone(names)
+	for name := range c.claims {
+		out = append(out, name)
+	}
+	for _, e := range snap {
+		if e.role() == RoleCluster && !e.gone && e.rec.holder == c.o.Identity && e.rec.cluster != "" &&
+			e.lease.Name == ClusterLeaseName(c.o.Group, e.rec.cluster) {
+			out = append(out, e.rec.cluster)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// replicaEntry returns replica id's Lease as this replica knows it. A
+// Lease whose name is not id's (made by hand to look like one) is not.
+func (c *Coordinator) replicaEntry(id string) (entry, bool) {
+	e, ok := c.cache.get(ReplicaLeaseName(c.o.Group, id))
+	if !ok || e.role() != RoleReplica || e.rec.holder != id {
+		return entry{}, false
+	}
+	return e, true
+}
+
+// alive reports whether replica id may still run clusters: its Lease
+// changed, as this replica saw it, within the duration it declared. A
+// Lease deleted meanwhile counts as it was last seen.
+func (c *Coordinator) alive(id string, now time.Time) bool {
+	e, ok := c.replicaEntry(id)
+	return ok && !e.expired(now, c.o.LeaseDuration)
+}
+
+// peers returns the other replicas that take clusters: alive, neither
+// leaving nor on standby.
+func (c *Coordinator) peers(snap map[string]entry, now time.Time) []string {
+	var out []string
+	for _, e := range snap {
+		id := e.rec.holder
+		if e.role() != RoleReplica || e.gone || id == "" || id == c.o.Identity || e.lease.Name != ReplicaLeaseName(c.o.Group, id) {
+			continue
+		}
+		if !e.expired(now, c.o.LeaseDuration) && e.rec.leaving == "" && e.rec.standby == "" {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// confirmAlive reads replica id's Lease from the API server before this
+// replica takes a cluster id held: a view that lags must not make a live
+// replica look dead. Any doubt counts as alive.
+func (c *Coordinator) confirmAlive(ctx context.Context, id string) bool {
+	name := ReplicaLeaseName(c.o.Group, id)
+	c.budget--
+	rctx, cancel := context.WithTimeout(ctx, c.o.requestTimeout())
+	defer cancel()
+	l, err := c.leases.Get(rctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		c.cache.missing(name)
+	case err != nil:
+		return true
+	default:
+		c.cache.fresh(l)
+	}
+	return c.alive(id, c.o.Clock.Now())
+}
+
+// forgetReplicas deletes the Leases of replicas silent for their declared
+// duration. Left behind, such a Lease would count as live for a lease
+// duration to every replica that starts later and first sees it then. The
+// precondition spares a Lease renewed meanwhile.
+func (c *Coordinator) forgetReplicas(ctx context.Context, snap map[string]entry, now time.Time) {
+	for name, e := range snap {
+		if c.budget <= 0 {
+			return
+		}
+		if e.role() != RoleReplica || e.gone || e.rec.holder == c.o.Identity || !e.expired(now, c.o.LeaseDuration) {
+			continue
+		}
+		if c.delete(ctx, name, e) {
+			c.log.Info("sharding: removed the Lease of a replica that went silent", "lease", name, "holder", e.rec.holder)
+		}
+	}
+}
+
+// collect deletes the Leases of clusters that left the fleet and that no
+// live replica holds.
+func (c *Coordinator) collect(ctx context.Context, snap map[string]entry, desired map[string]bool, now time.Time) {
+	for name, e := range snap {
+		if c.budget <= 0 {
+			return
+		}
+		if e.role() != RoleCluster || e.gone || desired[e.rec.cluster] || e.rec.holder == c.o.Identity || c.claims[e.rec.cluster] != nil {
+			continue
+		}
+		if e.rec.holder != "" && (!e.expired(now, c.o.LeaseDuration) || c.alive(e.rec.holder, now)) {
+			continue
+		}
+		c.delete(ctx, name, e)
+	}
+}
+
+// delete deletes a Lease at the version e shows.
+func (c *Coordinator) delete(ctx context.Context, name string, e entry) bool {
+	c.budget--
+	rctx, cancel := context.WithTimeout(ctx, c.o.requestTimeout())
+	defer cancel()
+	rv := e.lease.ResourceVersion
+	err := c.leases.Delete(rctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+	switch {
+	case err == nil, apierrors.IsNotFound(err):
+		c.cache.missing(name)
+		return err == nil
+	case apierrors.IsConflict(err):
+		c.refresh(ctx, name)
+	default:
+		c.writes.failed(err, "lease", name)
+	}
+	return false
+}
+
+// refresh reads a Lease from the API server into the cache.
+func (c *Coordinator) refresh(ctx context.Context, name string) {
+	c.budget--
+	rctx, cancel := context.WithTimeout(ctx, c.o.requestTimeout())
+	defer cancel()
+	l, err := c.leases.Get(rctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		c.cache.missing(name)
+	case err == nil:
+		c.cache.fresh(l)
+	}
+}
+
+// leave hands this replica's clusters over: its Lease says it is leaving
+// (the others reassign at once), it stops and releases every cluster it
+// holds, and deletes its Lease. A replica that cannot write stops its
+// clusters and leaves the rest to its Lease's expiry.
+func (c *Coordinator) leave() {
+	c.startLeaving()
+	deadline := c.o.Clock.Now().Add(c.o.LeaseDuration)
+	t := c.o.Clock.NewTicker(period)
+	defer t.Stop()
+	for {
+		c.step(context.Background())
+		if c.handedOver() || !c.o.Clock.Now().Before(deadline) {
+			break
+		}
+		select {
+		case <-c.kick:
+		case <-t.C():
+		}
+	}
+	c.finishLeaving(context.Background())
+}
+
+func (c *Coordinator) startLeaving() { c.leaving, c.hb.leaving = true, true }
+
+func (c *Coordinator) finishLeaving(ctx context.Context) {
+	c.o.Metrics.Owned(0)
+	if c.hb.healthy(c.o.Clock.Now()) {
+		c.hb.remove(ctx)
+	}
+	c.log.Info("sharding: left")
+}
+
+// handedOver reports whether nothing runs here any more and no Lease of
+// this replica's claims is left to release (or it cannot write).
+func (c *Coordinator) handedOver() bool {
+	for _, cl := range c.claims {
+		if cl.running || cl.stopping != nil {
+			return false
+		}
+	}
+	if !c.hb.healthy(c.o.Clock.Now()) {
+		return true
+	}
+	for name, cl := range c.claims {
+		if e, ok := c.cache.get(ClusterLeaseName(c.o.Group, name)); ok && c.mine(cl, e) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,87 @@
+package shard
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+)
+
+// Labels and annotations of the sharding Leases.
+const (
+	// GroupLabel selects a Group's Leases. Its value is GroupKey(Group): a
+	// label value cannot hold any string, so two Groups could map to one
+	// value only by a hash collision, and GroupAnnotation settles even that.
+	GroupLabel = "mccr.dev/shard-group"
+	// RoleLabel tells a replica's Lease (RoleReplica) from a cluster's
+	// (RoleCluster).
+	RoleLabel   = "mccr.dev/shard-role"
+	RoleReplica = "replica"
+	RoleCluster = "cluster"
+	// GroupAnnotation holds the Group exactly; a Lease whose annotation is
+	// not the Group, byte for byte, is none of the Group's business.
+	GroupAnnotation = "mccr.dev/shard-group"
+	// ClusterAnnotation holds a cluster Lease's cluster name exactly.
+	ClusterAnnotation = "mccr.dev/cluster"
+	// WriterAnnotation holds a random value new for each process, written
+	// with every renewal and claim: a replica tells its own writes from
+	// those of another process that uses the same Identity.
+	WriterAnnotation = "mccr.dev/shard-writer"
+	// LeavingAnnotation marks the Lease of a replica that stops: the others
+	// no longer assign it anything.
+	LeavingAnnotation = "mccr.dev/leaving"
+	// StandbyAnnotation marks the Lease of a replica that takes no cluster
+	// for now, and says why (another process writes its Lease).
+	StandbyAnnotation = "mccr.dev/shard-standby"
+)
+
+// GroupKey is the label value and Lease name prefix of a Group: up to 20
+// characters of it that a Lease name may hold, for people to read, and a
+// hash of the whole string, so that Groups that differ anywhere — past any
+// length, in case, in punctuation — never share a Lease.
+func GroupKey(group string) string {
+	return readable(group, 20, "g") + "-" + digest(group, 16)
+}
+
+// ReplicaLeaseName is the name of replica id's Lease in group.
+func ReplicaLeaseName(group, id string) string {
+	return GroupKey(group) + "-r-" + readable(id, 30, "r") + "-" + digest(id, 16)
+}
+
+// ClusterLeaseName is the name of cluster name's Lease in group.
+func ClusterLeaseName(group, name string) string {
+	return GroupKey(group) + "-c-" + readable(name, 30, "c") + "-" + digest(name, 20)
+}
+
+// readable keeps, of s, lower case letters, digits and single dashes, at
+// most n of them, starting and ending with a letter or digit; def when
+// nothing is left.
+func readable(s string, n int, def string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(s) {
+		switch {
+		case r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+			if dash && b.Len() > 0 {
+				b.WriteByte('-')
+			}
+			dash = false
+			b.WriteRune(r)
+		default:
+			dash = true
+		}
+		if b.Len() >= n {
+			break
+		}
+	}
+	out := strings.TrimRight(b.String()[:min(b.Len(), n)], "-")
+	if out == "" {
+		return def
+	}
+	return out
+}
+
+// digest is the first n hex digits of s's SHA-256.
+func digest(s string, n int) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])[:n]
+}
