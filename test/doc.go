@@ -70,6 +70,40 @@
 // member the way kubefedctl does (KubeFedCRDPath has the CRD it needs), and
 // FirstReconcile to know when a cluster's controllers are at work.
 //
+// # Faults and ownership
+//
+// A controller is judged by what it does when the control plane breaks. A
+// FaultProxy (NewFaultProxy in a test, StartFaultProxy elsewhere) stands
+// in front of one API server on a loopback port of the test process, TLS
+// passing through; give the controller its Config instead of the
+// cluster's and break the link at any moment, for the open connections
+// and the new ones alike:
+//
+//	p := test.NewFaultProxy(t, fleet.Cluster("east").Config)
+//	_ = srv.Add(config.NewNamedConfig("east", p.Config()))
+//	...
+//	_ = p.Freeze()      // a partition: every call hangs, nothing is closed
+//	_ = p.Pass()        // healed: held bytes flow on (Cut first to end them)
+//	p.Refuse()          // the API server is down: refused, reset
+//	_ = p.LoseAnswers() // writes are applied, their answers never arrive
+//	p.SetLatency(200 * time.Millisecond)
+//
+// An OwnershipRecorder follows which replica ran which cluster over a
+// whole run, for sharded controllers, whose promise is that a cluster has
+// at most one owner at any instant and is never without one for long. Its
+// Setup, given to every replica's Server, records each member Manager
+// from the moment its caches have synced until it has stopped entirely;
+// its Report lists, per cluster, the intervals with two owners and those
+// with none, and Check fails on either:
+//
+//	rec := &test.OwnershipRecorder{}
+//	srv1.AddReconcilerSetup(rec.Setup("replica-1"))
+//	srv2.AddReconcilerSetup(rec.Setup("replica-2"))
+//	... // start both, let them settle, attack them
+//	if err := rec.Report(from, time.Now()).Check(15 * time.Second); err != nil {
+//		t.Fatal(err)
+//	}
+//
 // # Controller names
 //
 // controller-runtime refuses a second controller of the same name in one
