@@ -34,10 +34,13 @@ const (
 	// provider's.
 	AccessPolicyAppend AccessPolicy = "Append"
 	// AccessPolicyAppendIfNotExists adds the profile's environment
-	// variables that the provider does not set itself.
+	// variables that neither the provider's env nor the controller's own
+	// environment (which the plugin inherits) sets.
 	AccessPolicyAppendIfNotExists AccessPolicy = "AppendIfNotExists"
 	// AccessPolicyReplace adds the profile's environment variables, which
-	// win over the provider's of the same name.
+	// win over the provider's env of the same name, but not over a
+	// variable only the controller's own environment sets, unless the
+	// provider's AllowedProfileEnvVars names it.
 	AccessPolicyReplace AccessPolicy = "Replace"
 )
 
@@ -88,14 +91,77 @@ const (
 //
 // The two policies (Ignore unless set) let a profile add arguments
 // (ClusterProfileArgsExtension) and environment variables
-// (ClusterProfileEnvExtension) to the plugin's. Set them only for a plugin
-// that treats them as untrusted input: whoever writes the profile's status
-// chooses them.
+// (ClusterProfileEnvExtension) to the plugin's. Whoever writes the
+// profile's status chooses them, and the plugin runs with the controller's
+// identity: its ServiceAccount token, its cloud workload identity, its
+// files. Set a policy only for a plugin that treats what it allows as
+// untrusted input.
+//
+// Environment. client-go starts the plugin with the controller's whole
+// environment followed by the provider's env, so a variable in the env
+// wins over one inherited. A profile's variables are therefore checked,
+// under both AppendIfNotExists and Replace, and the whole profile is
+// refused (an error naming it and each variable, never a value; its
+// cluster keeps its last good config, if it had one) when it gives a name
+// that is no valid variable name (as for a Pod: letters, digits, '_', '-',
+// '.'), a value holding NUL, one name twice in two cases, or a name that
+// steers the programs the plugin is made of rather than the plugin's own
+// work:
+//
+//   - the dynamic loader and C library: LD_*, DYLD_*, MALLOC_*,
+//     GLIBC_TUNABLES, GCONV_PATH, LOCPATH, NLSPATH, HOSTALIASES,
+//     RES_OPTIONS, LOCALDOMAIN, TMPDIR, and the rest of glibc's list of
+//     variables unsafe for set-user-ID programs;
+//   - shells: BASH_* (BASH_ENV, exported functions), ENV, SHELLOPTS,
+//     BASHOPTS, PS4, PROMPT_COMMAND, IFS, CDPATH, GLOBIGNORE, FPATH,
+//     ZDOTDIR, SHELL, PSModulePath;
+//   - where programs and their files are found: PATH, HOME, XDG_*, TMP,
+//     TEMP and the Windows equivalents (PATHEXT, COMSPEC, USERPROFILE,
+//     APPDATA, ...);
+//   - programs that programs run: PAGER, EDITOR, VISUAL, BROWSER, GIT_*,
+//     SSH_*;
+//   - language runtimes: GO* (GODEBUG, GOFLAGS, GOTOOLCHAIN, ...), NODE_*,
+//     PYTHON*, PERL*, RUBY*, JAVA_*, _JAVA_*, JDK_*, CLASSPATH, DOTNET_*,
+//     CORECLR_*, LUA_*, PHP*, and the like;
+//   - TLS trust and routing: SSL* (SSL_CERT_FILE, SSLKEYLOGFILE),
+//     OPENSSL*, CURL*, REQUESTS_CA_BUNDLE, GRPC_*, and every *_PROXY;
+//   - credentials and endpoints: AWS_*, AZURE_*, AAD_*, GOOGLE_*,
+//     CLOUDSDK_*, GCE_*, MSI_*, IDENTITY_ENDPOINT, VAULT_*, KRB5*,
+//     DOCKER_*, KUBE* (KUBECONFIG, KUBERNETES_SERVICE_HOST, ...).
+//
+// Names are compared upper-cased. The refusal is an error on the
+// watcher's Errors wrapping ErrClusterProfileInvalid. AllowedProfileEnvVars
+// lifts the list above for exact names the operator has checked with the
+// plugin (AWS_REGION, say); nothing lifts the other refusals.
+//
+// Of the variables that pass, AppendIfNotExists adds those that neither
+// the env nor the controller's environment sets. Replace adds them all,
+// replacing the env's of the same name; one that only the controller's
+// environment sets stays the controller's unless AllowedProfileEnvVars
+// names it, because that environment is the operator's deployment, which
+// the providers file does not show. The controller's environment is read
+// whenever the watcher builds the config; a variable the controller adds
+// to its own environment later is not seen.
+//
+// Arguments. Append gives the profile the plugin's command line after the
+// operator's arguments: every flag the plugin has, and for a wrapper
+// script whatever it does with "$@" (sh -c "$*" runs them; a flag such as
+// --exec or --config chooses another program or file). Only an argument
+// holding a control character (NUL, a line break, an escape) is refused.
+// Keep Ignore unless every flag of the plugin is safe in a stranger's
+// hands.
 type AccessProvider struct {
 	Name                        string                   `json:"name"`
 	ExecConfig                  *clientcmdapi.ExecConfig `json:"execConfig"`
 	ProfileSourcedCLIArgsPolicy AccessPolicy             `json:"profileSourcedCLIArgsPolicy,omitempty"`
 	ProfileSourcedEnvVarsPolicy AccessPolicy             `json:"profileSourcedEnvVarsPolicy,omitempty"`
+
+	// AllowedProfileEnvVars are variables a profile may set although
+	// the refused list above holds them, and, with Replace, although the
+	// controller's environment sets them: exact names, compared
+	// upper-cased ("allowedProfileEnvVars" in the file). Not part of
+	// KEP-5339. It needs an env policy other than Ignore.
+	AllowedProfileEnvVars []string `json:"allowedProfileEnvVars,omitempty"`
 }
 
 // accessProvidersFile is the document a providers file holds.
@@ -171,16 +237,36 @@ func checkAccessProviders(ps []AccessProvider) error {
 		default:
 			return fmt.Errorf("%s: unknown profileSourcedEnvVarsPolicy %q", what, p.ProfileSourcedEnvVarsPolicy)
 		}
+		if len(p.AllowedProfileEnvVars) > 0 && !p.profileEnv() {
+			return fmt.Errorf("%s: allowedProfileEnvVars needs a profileSourcedEnvVarsPolicy that lets profiles set variables", what)
+		}
+		for _, name := range p.AllowedProfileEnvVars {
+			if !validEnvName(name) {
+				return fmt.Errorf("%s: allowedProfileEnvVars: %s is not a variable name (exact names only)", what, quoteName(name))
+			}
+		}
 	}
 	return nil
 }
 
+// profileEnv tells whether p lets profiles add environment variables.
+func (p *AccessProvider) profileEnv() bool {
+	return p.ProfileSourcedEnvVarsPolicy == AccessPolicyAppendIfNotExists || p.ProfileSourcedEnvVarsPolicy == AccessPolicyReplace
+}
+
 // execFor is the exec plugin provider p runs for a profile's cluster:
 // the operator's command, arguments and environment, with what the
-// profile's extensions add as far as p's policies let them, and the
-// profile's ClusterExecExtension as the plugin's cluster config. exts are
-// the profile's cluster extensions, by name.
+// profile's extensions add as far as p's policies and the rules of
+// AccessProvider let them, and the profile's ClusterExecExtension as the
+// plugin's cluster config. exts are the profile's cluster extensions, by
+// name. What the plugin inherits is the controller's environment.
 func (p *AccessProvider) execFor(exts map[string]json.RawMessage) (*clientcmdapi.ExecConfig, error) {
+	return p.execWith(exts, os.Environ)
+}
+
+// execWith is execFor, with environ standing for the controller's
+// environment.
+func (p *AccessProvider) execWith(exts map[string]json.RawMessage, environ func() []string) (*clientcmdapi.ExecConfig, error) {
 	src := p.ExecConfig
 	e := &clientcmdapi.ExecConfig{
 		Command:            src.Command,
@@ -196,42 +282,27 @@ func (p *AccessProvider) execFor(exts map[string]json.RawMessage) (*clientcmdapi
 		if err := json.Unmarshal(raw, &args); err != nil {
 			return nil, fmt.Errorf("extension %s is not a list of strings", ClusterProfileArgsExtension)
 		}
+		if err := checkProfileArgs(args); err != nil {
+			return nil, err
+		}
 		e.Args = append(e.Args, args...)
 	}
-	if raw, ok := exts[ClusterProfileEnvExtension]; ok {
-		switch p.ProfileSourcedEnvVarsPolicy {
-		case AccessPolicyAppendIfNotExists, AccessPolicyReplace:
-			var env map[string]string
-			if err := json.Unmarshal(raw, &env); err != nil {
-				return nil, fmt.Errorf("extension %s is not a map of strings", ClusterProfileEnvExtension)
-			}
-			e.Env = mergeExecEnv(e.Env, env, p.ProfileSourcedEnvVarsPolicy == AccessPolicyReplace)
-		default:
+	if raw, ok := exts[ClusterProfileEnvExtension]; ok && p.profileEnv() {
+		var env map[string]string
+		if err := json.Unmarshal(raw, &env); err != nil {
+			return nil, fmt.Errorf("extension %s is not a map of strings", ClusterProfileEnvExtension)
+		}
+		m := profileEnvMerge{policy: p.ProfileSourcedEnvVarsPolicy, allowed: make(map[string]bool, len(p.AllowedProfileEnvVars)), environ: environ}
+		for _, name := range p.AllowedProfileEnvVars {
+			m.allowed[strings.ToUpper(name)] = true
+		}
+		var err error
+		if e.Env, err = m.merge(e.Env, env); err != nil {
+			return nil, err
 		}
 	}
 	if raw, ok := exts[ClusterExecExtension]; ok {
 		e.Config = &runtime.Unknown{Raw: slices.Clone(raw), ContentType: runtime.ContentTypeJSON}
 	}
 	return e, nil
-}
-
-// mergeExecEnv adds env to base, replacing base's variables of the same
-// name if replace. The result is sorted by name, so that the same inputs
-// give the same Fingerprint.
-func mergeExecEnv(base []clientcmdapi.ExecEnvVar, env map[string]string, replace bool) []clientcmdapi.ExecEnvVar {
-	merged := map[string]string{}
-	for _, v := range base {
-		merged[v.Name] = v.Value
-	}
-	for k, v := range env {
-		if _, ok := merged[k]; !ok || replace {
-			merged[k] = v
-		}
-	}
-	out := make([]clientcmdapi.ExecEnvVar, 0, len(merged))
-	for k, v := range merged {
-		out = append(out, clientcmdapi.ExecEnvVar{Name: k, Value: v})
-	}
-	slices.SortFunc(out, func(a, b clientcmdapi.ExecEnvVar) int { return strings.Compare(a.Name, b.Name) })
-	return out
 }

@@ -38,7 +38,7 @@ func TestAccessProviderExecFor(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := &AccessProvider{Name: "p", ExecConfig: base, ProfileSourcedCLIArgsPolicy: c.args, ProfileSourcedEnvVarsPolicy: c.envs}
-			e, err := p.execFor(exts)
+			e, err := p.execWith(exts, noEnviron)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -58,7 +58,7 @@ func TestAccessProviderExecFor(t *testing.T) {
 	}
 
 	p := &AccessProvider{Name: "p", ExecConfig: base, ProfileSourcedCLIArgsPolicy: AccessPolicyAppend}
-	if _, err := p.execFor(map[string]json.RawMessage{ClusterProfileArgsExtension: json.RawMessage(`{"not":"a list"}`)}); err == nil {
+	if _, err := p.execWith(map[string]json.RawMessage{ClusterProfileArgsExtension: json.RawMessage(`{"not":"a list"}`)}, noEnviron); err == nil {
 		t.Error("an args extension that is no list was accepted")
 	}
 }

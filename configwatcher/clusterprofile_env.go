@@ -1,0 +1,253 @@
+package configwatcher
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"unicode"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// This file holds the rules for what a ClusterProfile may add to the
+// environment and the command line of an operator's exec plugin
+// (ClusterProfileEnvExtension, ClusterProfileArgsExtension).
+//
+// client-go starts a plugin with the controller's whole environment, then
+// the ExecConfig's env, then KUBERNETES_EXEC_INFO; for a name given twice
+// the last value wins (os/exec keeps the last, comparing names without
+// regard to case on Windows). So a variable in the ExecConfig's env
+// overrides one the controller inherited, and the profile's variables,
+// merged into that env, reach every program the plugin starts: the loader,
+// the shell of a wrapper script, the interpreter of a cloud CLI, and the
+// SDK that finds the credentials. The plugin runs with the controller's
+// identity (its ServiceAccount token, cloud workload identity, files), and
+// whoever writes a profile's status is not the operator.
+
+// profileEnvDeniedGroups are the variables a profile may not set, by why:
+// exact names and name prefixes, compared upper-cased. The rule behind
+// them: refused is every variable that makes a program load or run code
+// it was not asked to, read its start-up files or configuration from
+// somewhere else, trust other certificates, send its traffic elsewhere, or
+// pick other credentials or another identity. The list starts from
+// glibc's own (the variables it drops for set-user-ID programs, which face
+// the same threat: a caller choosing the environment of a program that
+// holds privileges) and adds the shells, interpreters, TLS and proxy
+// settings, and the credential variables of the cloud SDKs whose CLIs
+// usually serve as access providers. Names ending in _PROXY are refused
+// too (profileEnvProxyWhy).
+//
+// It cannot know the private variables of every plugin: an operator whose
+// plugin reads its endpoint or identity from other variables keeps that
+// provider's env policy at Ignore, or sets those variables in the
+// provider's env and uses AppendIfNotExists.
+var profileEnvDeniedGroups = []struct {
+	why      string
+	names    []string
+	prefixes []string
+}{{
+	why: "read by the dynamic loader or the C library (libraries loaded, files read, name resolution)",
+	names: []string{"GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LIBPATH", "LOCALDOMAIN",
+		"LOCPATH", "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TMPDIR", "TZDIR"},
+	prefixes: []string{"LD_", "DYLD_", "MALLOC_"},
+}, {
+	// bash expands BASH_ENV, PS4 and PROMPT_COMMAND, command
+	// substitutions included; BASH_FUNC_name%% defines functions (and is
+	// no valid name anyway); SHELLOPTS=xtrace makes bash expand PS4
+	// before every command; dash reads IFS; zsh reads $ZDOTDIR/.zshenv
+	// even for scripts; PowerShell loads modules from PSModulePath.
+	why: "a shell's start-up file, option or prompt",
+	names: []string{"BASHOPTS", "CDPATH", "ENV", "FPATH", "GLOBIGNORE", "IFS", "PROMPT_COMMAND", "PS4",
+		"SHELL", "SHELLOPTS", "ZDOTDIR", "PSMODULEPATH"},
+	prefixes: []string{"BASH_"},
+}, {
+	why: "where programs, their configuration and their files are found",
+	names: []string{"PATH", "PATHEXT", "COMSPEC", "HOME", "USERPROFILE", "APPDATA", "LOCALAPPDATA", "PROGRAMDATA",
+		"HOMEDRIVE", "HOMEPATH", "SYSTEMROOT", "WINDIR", "TMP", "TEMP"},
+	prefixes: []string{"XDG_"},
+}, {
+	why:      "a program that other programs run (pager, editor, browser, password prompt, git and ssh commands)",
+	names:    []string{"PAGER", "EDITOR", "VISUAL", "BROWSER"},
+	prefixes: []string{"GIT_", "SSH_"},
+}, {
+	// Most plugins are Go programs: GODEBUG=http2debug=2 alone prints
+	// request headers, credentials included, to the plugin's stderr,
+	// which is the controller's.
+	why:   "read by a language runtime or interpreter at start-up (code or modules loaded, options)",
+	names: []string{"CLASSPATH", "TCLLIBPATH"},
+	prefixes: []string{"NODE_", "NPM_CONFIG_", "PYTHON", "PERL", "RUBY", "GEM_", "BUNDLE_", "JAVA_", "_JAVA_", "JDK_",
+		"DOTNET_", "CORECLR_", "COMPLUS_", "LUA_", "PHP", "GO"},
+}, {
+	why:      "TLS trust, TLS key logging or where traffic is sent",
+	names:    []string{"REQUESTS_CA_BUNDLE", "WGETRC", "NETRC"},
+	prefixes: []string{"SSL", "OPENSSL", "CURL", "GRPC_"},
+}, {
+	// KUBERNETES_SERVICE_HOST would send an in-cluster client's
+	// ServiceAccount token, the controller's, elsewhere.
+	why:   "credentials, identity or endpoints of a cloud SDK or a Kubernetes client",
+	names: []string{"IDENTITY_ENDPOINT", "IDENTITY_HEADER", "IMDS_ENDPOINT"},
+	prefixes: []string{"AWS_", "AZURE_", "AAD_", "MSI_", "GOOGLE_", "CLOUDSDK_", "GCE_", "ALIBABA_CLOUD_", "OCI_",
+		"IBMCLOUD_", "VAULT_", "KRB5", "DOCKER_", "KUBE"},
+}}
+
+// profileEnvDeniedNames and profileEnvDeniedPrefixes index
+// profileEnvDeniedGroups: why, by name or prefix.
+var profileEnvDeniedNames, profileEnvDeniedPrefixes = func() (names, prefixes map[string]string) {
+	names, prefixes = map[string]string{}, map[string]string{}
+	for _, g := range profileEnvDeniedGroups {
+		for _, n := range g.names {
+			names[n] = g.why
+		}
+		for _, p := range g.prefixes {
+			prefixes[p] = g.why
+		}
+	}
+	return names, prefixes
+}()
+
+// profileEnvProxyWhy is why a name ending in _PROXY is refused: HTTP_PROXY,
+// HTTPS_PROXY, ALL_PROXY, NO_PROXY and their lower-case forms, which Go,
+// curl and Python all read, would send the plugin's requests for
+// credentials through the profile writer's proxy.
+const profileEnvProxyWhy = "a proxy setting: where traffic is sent"
+
+// profileEnvDenied says why a profile may not set the variable name (a
+// valid name), or "" if it may. Names are compared upper-cased: Windows
+// does not tell HOME from home, and several programs read both forms
+// (http_proxy, say).
+func profileEnvDenied(name string) string {
+	up := strings.ToUpper(name)
+	if why, ok := profileEnvDeniedNames[up]; ok {
+		return why
+	}
+	why, longest := "", 0
+	for p, w := range profileEnvDeniedPrefixes {
+		if len(p) > longest && strings.HasPrefix(up, p) {
+			why, longest = w, len(p)
+		}
+	}
+	if why == "" && strings.HasSuffix(up, "_PROXY") {
+		why = profileEnvProxyWhy
+	}
+	return why
+}
+
+// validEnvName is the rule for a variable a profile names, and for the
+// operator's AllowedProfileEnvVars: a Pod's env var name (letters,
+// digits, '_', '-', '.', not starting with a digit). It leaves out '=',
+// NUL, blanks, control characters and everything a shell treats
+// specially.
+func validEnvName(name string) bool {
+	return len(validation.IsEnvVarName(name)) == 0
+}
+
+// profileEnvMerge is what a profile's variables become under a provider's
+// policy.
+type profileEnvMerge struct {
+	// policy is AccessPolicyAppendIfNotExists or AccessPolicyReplace.
+	policy AccessPolicy
+	// allowed are the operator's AllowedProfileEnvVars, upper-cased.
+	allowed map[string]bool
+	// environ returns the controller's environment, which the plugin
+	// inherits (os.Environ).
+	environ func() []string
+}
+
+// merge adds the profile's variables env to the provider's base, as the
+// policy says, and returns the plugin's env sorted by name (the same
+// inputs give the same Fingerprint). Names are compared without regard to
+// case throughout, as Windows does, so that a providers file means the
+// same everywhere.
+//
+// Refused, under either policy: a name that is no valid variable name, a
+// value holding NUL, one name given twice (in two cases), and a name
+// profileEnvDenied refuses unless the operator allowed it. The error names
+// every refused variable, never a value.
+//
+// Of the others, AppendIfNotExists adds those that neither base nor the
+// controller's environment holds. Replace adds them all, each replacing
+// base's variable of its name, except those that only the controller's
+// environment holds, which the profile overrides only if the operator
+// allowed the name: the controller's environment is the operator's
+// deployment, which the providers file does not show, so opening the
+// provider's env to profiles does not open it.
+func (m *profileEnvMerge) merge(base []clientcmdapi.ExecEnvVar, env map[string]string) ([]clientcmdapi.ExecEnvVar, error) {
+	var refused []string
+	seen := make(map[string]string, len(env))
+	for _, name := range slices.Sorted(maps.Keys(env)) {
+		up := strings.ToUpper(name)
+		switch {
+		case !validEnvName(name):
+			refused = append(refused, fmt.Sprintf("%s (not a valid variable name)", quoteName(name)))
+			continue
+		case seen[up] != "":
+			refused = append(refused, fmt.Sprintf("%s (given twice, as %q and %q)", quoteName(name), seen[up], name))
+			continue
+		case strings.ContainsRune(env[name], 0):
+			refused = append(refused, fmt.Sprintf("%s (its value holds a NUL byte)", quoteName(name)))
+		case !m.allowed[up]:
+			if why := profileEnvDenied(name); why != "" {
+				refused = append(refused, fmt.Sprintf("%s (%s)", quoteName(name), why))
+			}
+		}
+		seen[up] = name
+	}
+	if len(refused) > 0 {
+		return nil, fmt.Errorf("extension %s: refused %s; an operator allows a name with the provider's allowedProfileEnvVars",
+			ClusterProfileEnvExtension, strings.Join(refused, ", "))
+	}
+
+	inherited := map[string]bool{}
+	for _, kv := range m.environ() {
+		if name, _, _ := strings.Cut(kv, "="); name != "" {
+			inherited[strings.ToUpper(name)] = true
+		}
+	}
+	merged := make(map[string]clientcmdapi.ExecEnvVar, len(base)+len(env))
+	for _, v := range base {
+		merged[strings.ToUpper(v.Name)] = v
+	}
+	for up, name := range seen {
+		var add bool
+		if _, inBase := merged[up]; inBase {
+			add = m.policy == AccessPolicyReplace
+		} else {
+			add = !inherited[up] || m.policy == AccessPolicyReplace && m.allowed[up]
+		}
+		if add {
+			merged[up] = clientcmdapi.ExecEnvVar{Name: name, Value: env[name]}
+		}
+	}
+	out := make([]clientcmdapi.ExecEnvVar, 0, len(merged))
+	for _, v := range merged {
+		out = append(out, v)
+	}
+	slices.SortFunc(out, func(a, b clientcmdapi.ExecEnvVar) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// checkProfileArgs refuses arguments that hold a control character (NUL,
+// a line break, an escape): no flag of a credential plugin needs one, and
+// they are how a value breaks out of the line or the word a wrapper script
+// puts it in (a line it reads back, a command it builds, a log line). The
+// error says which argument, not what it holds.
+func checkProfileArgs(args []string) error {
+	for i, a := range args {
+		if strings.ContainsFunc(a, unicode.IsControl) {
+			return fmt.Errorf("extension %s: argument %d holds a control character", ClusterProfileArgsExtension, i)
+		}
+	}
+	return nil
+}
+
+// quoteName quotes a variable name a profile gave, cut to a length that
+// keeps an error readable.
+func quoteName(name string) string {
+	const limit = 64
+	if len(name) > limit {
+		return fmt.Sprintf("%q…", name[:limit])
+	}
+	return fmt.Sprintf("%q", name)
+}
