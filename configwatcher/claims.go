@@ -108,6 +108,16 @@ type claimsState struct {
 	reported problemReports
 }
 
+// served maps the id of each object serving a cluster to that cluster's
+// name.
+func (s *claimsState) served() map[string]string {
+	m := make(map[string]string, len(s.owners))
+	for name, id := range s.owners {
+		m[id] = name
+	}
+	return m
+}
+
 func newClaimsState() claimsState {
 	return claimsState{owners: map[string]string{}, reported: problemReports{}}
 }

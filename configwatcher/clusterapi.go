@@ -188,8 +188,11 @@ func (w *ClusterAPIWatcher) sync() (time.Time, bool) {
 		return time.Time{}, running
 	}
 	claims := make([]*claim, 0, len(list.Items))
+	served := w.claimed.served()
 	for i := range list.Items {
-		if c := w.claim(&list.Items[i]); c != nil {
+		u := &list.Items[i]
+		ref := u.GetNamespace() + "/" + u.GetName()
+		if c := claimSafely(w.log, "Cluster", ref, string(u.GetUID()), served[string(u.GetUID())], func() *claim { return w.claim(u) }); c != nil {
 			claims = append(claims, c)
 		}
 	}

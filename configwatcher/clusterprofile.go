@@ -185,7 +185,9 @@ func (w *ClusterProfileWatcher) sync() (time.Time, bool) {
 	}
 	claims := make([]*claim, 0, len(list.Items))
 	for i := range list.Items {
-		if c := w.claim(&list.Items[i], serving); c != nil {
+		u := &list.Items[i]
+		ref := u.GetNamespace() + "/" + u.GetName()
+		if c := claimSafely(w.log, "ClusterProfile", ref, ref, w.names[ref], func() *claim { return w.claim(u, serving) }); c != nil {
 			claims = append(claims, c)
 		}
 	}

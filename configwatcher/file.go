@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/internal/safe"
 )
 
 // DefaultDebounce is how long a FileWatcher waits for a burst of file
@@ -371,13 +372,17 @@ func (w *FileWatcher) sync() bool {
 		default:
 		}
 		var cfgs []*config.NamedConfig
-		err := error(nil)
-		if w.rootIsDir {
-			err = config.CheckDirectoryEntry(f, w.loadOpts...)
-		}
-		if err == nil {
-			cfgs, err = config.LoadFile(f, w.loadOpts...)
-		}
+		// A panic on one file's content fails that file only (it keeps its
+		// last good clusters, as any broken file does).
+		err := safe.Call(w.log, "configwatcher: kubeconfig "+f, func() (err error) {
+			if w.rootIsDir {
+				err = config.CheckDirectoryEntry(f, w.loadOpts...)
+			}
+			if err == nil {
+				cfgs, err = config.LoadFile(f, w.loadOpts...)
+			}
+			return err
+		})
 		if len(cfgs) == 0 && errors.Is(err, fs.ErrNotExist) {
 			continue // removed since it was listed
 		}

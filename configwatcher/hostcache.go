@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/internal/safe"
 	"github.com/mccr-dev/mccr/internal/syncinformer"
 )
 
@@ -296,7 +297,7 @@ func (h *hostCache) run() {
 	timer.Stop()
 	defer timer.Stop()
 	for {
-		next, ok := h.spec.sync()
+		next, ok := h.sync()
 		if !ok {
 			return
 		}
@@ -313,6 +314,26 @@ func (h *hostCache) run() {
 		}
 		timer.Stop()
 	}
+}
+
+// hostSyncRetry is when a sync that panicked is tried again, if no change
+// comes first.
+const hostSyncRetry = 5 * time.Second
+
+// sync runs the watcher's sync. Each watcher already keeps a panic on one
+// object to that object (claimSafely); this is the net under the rest of
+// its work: a panic is reported, the fleet stays as last published, and the
+// sync is tried again on the next change or after hostSyncRetry.
+func (h *hostCache) sync() (next time.Time, ok bool) {
+	err := safe.Call(h.log, "configwatcher: "+h.spec.what+" host "+h.host, func() error {
+		next, ok = h.spec.sync()
+		return nil
+	})
+	if err != nil {
+		h.pub.report(err)
+		return time.Now().Add(hostSyncRetry), h.ctx.Err() == nil
+	}
+	return next, ok
 }
 
 // startWatching sets up the informers of the watched kinds, retrying with

@@ -9,10 +9,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubefedv1beta1 "github.com/mccr-dev/mccr/apis/kubefed/v1beta1"
 	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/internal/safe"
 )
 
 // sync works out the fleet from the cache and publishes it. It returns when
@@ -30,7 +32,11 @@ func (w *KubeFedWatcher) sync() (time.Time, bool) {
 		if w.opts.RequireReady && !kubeFedClusterReady(kfc) {
 			continue
 		}
-		nc, err := w.namedConfig(kfc)
+		var nc *config.NamedConfig
+		err := safe.Call(w.log, "configwatcher: KubeFedCluster "+kfc.Namespace+"/"+kfc.Name, func() (err error) {
+			nc, err = w.namedConfig(kfc)
+			return err
+		})
 		if err == nil {
 			desired[kfc.Name] = nc
 			continue
@@ -52,8 +58,13 @@ func (w *KubeFedWatcher) namedConfig(kfc *kubefedv1beta1.KubeFedCluster) (*confi
 	ref := kfc.Namespace + "/" + kfc.Name
 	fail := func(err error) error { return fmt.Errorf("configwatcher: KubeFedCluster %s: %w", ref, err) }
 	secretName := kfc.Spec.SecretRef.Name
-	if secretName == "" {
+	switch {
+	case secretName == "":
 		return nil, fail(fmt.Errorf("%w: spec.secretRef.name is empty", ErrKubeFedClusterInvalid))
+	case len(validation.IsDNS1123Subdomain(secretName)) > 0:
+		// No such Secret can exist, and the name, any string, is not
+		// printed as it is.
+		return nil, fail(fmt.Errorf("%w: spec.secretRef.name %s is not a Secret name", ErrKubeFedClusterInvalid, config.QuoteName(secretName)))
 	}
 	secretRef := kfc.Namespace + "/" + secretName
 	var s corev1.Secret

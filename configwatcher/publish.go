@@ -60,9 +60,9 @@ func newPublisher(log logr.Logger) *publisher {
 		log = logr.Discard()
 	}
 	return &publisher{
-		log:    log,
-		events: make(chan Event, publishEventBuffer),
-		errors: make(chan error, publishErrorBuffer),
+		log:     log,
+		events:  make(chan Event, publishEventBuffer),
+		errors:  make(chan error, publishErrorBuffer),
 		last:    map[string]publishedConfig{},
 		refused: map[string]string{},
 	}

@@ -153,7 +153,9 @@ func (w *SecretWatcher) sync() (time.Time, bool) {
 	}
 	claims := make([]*claim, 0, len(list.Items))
 	for i := range list.Items {
-		c := w.claim(&list.Items[i])
+		s := &list.Items[i]
+		ref := s.Namespace + "/" + s.Name
+		c := claimSafely(w.log, "Secret", ref, ref, w.claims[ref], func() *claim { return w.claim(s) })
 		if c.name == "" {
 			c.name = w.claims[c.ref] // a broken name key keeps the cluster it named
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/mccr-dev/mccr/internal/conntrack"
 	"github.com/mccr-dev/mccr/internal/leanmapper"
 	membermgr "github.com/mccr-dev/mccr/internal/member"
+	"github.com/mccr-dev/mccr/internal/safe"
 	"github.com/mccr-dev/mccr/known"
 )
 
@@ -119,7 +120,13 @@ func (g *generation) run() {
 		if !first {
 			g.c.restarted(g)
 		}
-		wasReady, err := g.attempt()
+		var wasReady bool
+		// The attempt works on a config from outside (a Secret, a file): a
+		// panic on it fails this attempt, which is retried like any failure.
+		err := safe.Call(g.log, "cluster "+config.QuoteName(g.c.name), func() (err error) {
+			wasReady, err = g.attempt()
+			return err
+		})
 		if g.ctx.Err() != nil {
 			return
 		}

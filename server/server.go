@@ -67,7 +67,6 @@ type Server struct {
 	feed     fleetFeed
 	setups   setupList
 	clusters registry
-	shard    *coordinator // with sharding
 	// claims decides which watcher feeds each name; its lock comes before
 	// any cluster's (see cluster.go).
 	claims nameClaims
@@ -124,9 +123,8 @@ func NewServer(cfg *rest.Config, opts ctrl.Options, options ...Option) (*Server,
 	s.env = env{conns: &s.conns, routes: &s.routes, feed: &s.feed, setups: &s.setups, memberOpts: memberOptions(opts), opts: o, log: s.log, sharded: o.Sharding != nil}
 	s.client = mcclient.New(&s.routes, mcclient.Options{Scheme: host.GetScheme(), RESTMapper: host.GetRESTMapper()})
 	if o.Sharding != nil {
-		co, err := newCoordinator(host, *o.Sharding, &s.clusters, s.log)
+		co, err := newCoordinator(host.GetConfig(), *o.Sharding, &s.clusters, s.log)
 		if err == nil {
-			s.shard = co
 			err = host.Add(coordinatorRunnable{s: s, co: co})
 		}
 		if err != nil {
@@ -146,10 +144,20 @@ func NewServer(cfg *rest.Config, opts ctrl.Options, options ...Option) (*Server,
 // the same config again is a no-op; with a different config it is
 // ErrClusterExists. A name deleted while its Manager still stops may be
 // added again at once: the new Manager starts after the old one stopped.
+//
+// A name added here is the program's own: a watcher given to Watch that
+// sends it is refused with ErrClusterNameTaken (its config waits, and takes
+// over only after Delete), and Add, Update or Delete of a name a watcher
+// feeds is refused the same way, naming the watcher's source.
 func (s *Server) Add(nc *config.NamedConfig) error {
 	if err := validate(nc); err != nil {
 		return err
 	}
+	return s.claims.add(s, nc)
+}
+
+// add adds a cluster whatever its claims; see Add.
+func (s *Server) add(nc *config.NamedConfig) error {
 	fp := fingerprintsOf(nc)
 	for {
 		c := s.clusters.getOrCreate(nc.Name, func() *cluster { return newCluster(nc.Name, &s.env, &s.clusters) })
@@ -180,7 +188,7 @@ func (s *Server) Update(nc *config.NamedConfig) error {
 	if err := validate(nc); err != nil {
 		return err
 	}
-	stopped, err := s.update(nc)
+	stopped, err := s.claims.update(s, nc)
 	if err != nil {
 		return err
 	}
@@ -212,9 +220,10 @@ func (s *Server) update(nc *config.NamedConfig) (<-chan struct{}, error) {
 // Delete stops a member cluster and forgets it. It needs only the name and
 // returns once the member's Manager has stopped (or with ErrStopTimeout
 // after Options.StopTimeout; the cluster is gone from the fleet either
-// way). An unknown name is ErrClusterNotFound.
+// way). An unknown name is ErrClusterNotFound. A name that a watcher given
+// to Watch feeds is ErrClusterNameTaken: that watcher decides.
 func (s *Server) Delete(name string) error {
-	stopped, err := s.remove(name)
+	stopped, err := s.claims.remove(s, name)
 	if err != nil {
 		return err
 	}

@@ -2,11 +2,13 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/configwatcher"
+	"github.com/mccr-dev/mccr/internal/safe"
 )
 
 // Watch applies a ConfigWatcher's events to the Server until the watcher
@@ -50,7 +52,7 @@ func (s *Server) applyEvents(from int, w configwatcher.ConfigWatcher) {
 				events = nil
 				continue
 			}
-			if err := s.apply(from, ev); err != nil {
+			if err := s.applySafely(from, ev); err != nil {
 				s.watchError(err)
 			}
 		case err, ok := <-errs:
@@ -64,6 +66,20 @@ func (s *Server) applyEvents(from int, w configwatcher.ConfigWatcher) {
 	// A watcher that stopped sends nothing more: its claims waiting on
 	// names other watchers feed can never be withdrawn, so they go.
 	s.claims.withdraw(from)
+}
+
+// applySafely applies one event; a panic on it (its config comes from
+// outside) fails that event only, reported as an error naming its cluster
+// and source, and the watcher's next events are applied as usual.
+func (s *Server) applySafely(from int, ev configwatcher.Event) error {
+	what := "watcher event"
+	if ev.Config != nil {
+		what = fmt.Sprintf("%s event for cluster %s", ev.Type, config.QuoteName(ev.Config.Name))
+		if src := ev.Config.Source.String(); src != "" {
+			what += " from " + src
+		}
+	}
+	return safe.Call(s.log, what, func() error { return s.apply(from, ev) })
 }
 
 func (s *Server) apply(from int, ev configwatcher.Event) error {
@@ -81,7 +97,7 @@ func (s *Server) put(cfg *config.NamedConfig) error {
 	}
 	_, err := s.update(cfg)
 	if errors.Is(err, ErrClusterNotFound) {
-		return s.Add(cfg)
+		return s.add(cfg)
 	}
 	return err
 }

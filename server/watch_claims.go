@@ -11,10 +11,12 @@ import (
 )
 
 // ErrClusterNameTaken is the error of a watcher's event for a cluster name
-// that another watcher given to Watch already feeds. The first watcher
-// keeps the name; the other's config is kept aside and takes over if the
-// first one deletes the cluster.
-var ErrClusterNameTaken = errors.New("cluster name already fed by another watcher")
+// that another watcher given to Watch already feeds, or that was added with
+// Server.Add; and of Server.Add, Update or Delete of a name a watcher feeds.
+// The first source keeps the name, and the cluster is untouched; a
+// watcher's refused config is kept aside and takes over if the first
+// source deletes the cluster.
+var ErrClusterNameTaken = errors.New("cluster name already fed by another source")
 
 // nameClaims decides which watcher feeds each cluster name: the first to
 // send it, until it deletes it. Another watcher's claim on the name is an
@@ -29,17 +31,99 @@ type nameClaims struct {
 	waiting map[string][]claim
 }
 
-// claim is one watcher's config for a name.
+// claim is one source's config for a name.
 type claim struct {
-	from int // the watcher, by the order Watch was called
+	from int // the watcher, by the order Watch was called; or byHand
 	cfg  *config.NamedConfig
 }
 
+// byHand is the source of the names given to Server.Add.
+const byHand = -1
+
 func (c claim) source() string {
-	if s := c.cfg.Source.String(); s != "" {
+	s := c.cfg.Source.String()
+	switch {
+	case c.from == byHand && s != "":
+		return "Server.Add (" + s + ")"
+	case c.from == byHand:
+		return "Server.Add"
+	case s != "":
 		return s
 	}
 	return fmt.Sprintf("watcher #%d", c.from+1)
+}
+
+// takenByWatcher is the error of a call by hand on a name a watcher feeds.
+func takenByWatcher(name string, call string, own claim) error {
+	return fmt.Errorf("cluster %s: Server.%s: %w (%s); the cluster is unchanged", config.QuoteName(name), call, ErrClusterNameTaken, own.source())
+}
+
+// add is Server.Add under the claims: a name a watcher feeds is refused.
+func (n *nameClaims) add(s *Server, nc *config.NamedConfig) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if own, ok := n.owner[nc.Name]; ok && own.from != byHand {
+		return takenByWatcher(nc.Name, "Add", own)
+	}
+	if err := s.add(nc); err != nil {
+		return err
+	}
+	n.own(nc.Name, claim{from: byHand, cfg: nc})
+	return nil
+}
+
+// update is Server.Update under the claims: a name a watcher feeds is
+// refused. It does not wait for the old Manager to stop.
+func (n *nameClaims) update(s *Server, nc *config.NamedConfig) (<-chan struct{}, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if own, ok := n.owner[nc.Name]; ok && own.from != byHand {
+		return nil, takenByWatcher(nc.Name, "Update", own)
+	}
+	stopped, err := s.update(nc)
+	if err == nil {
+		n.own(nc.Name, claim{from: byHand, cfg: nc})
+	}
+	return stopped, err
+}
+
+// remove is Server.Delete under the claims: a name a watcher feeds is
+// refused; a watcher's config waiting for a name added by hand takes over
+// once it is deleted. It does not wait for the old Manager to stop.
+func (n *nameClaims) remove(s *Server, name string) (<-chan struct{}, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	own, owned := n.owner[name]
+	if owned && own.from != byHand {
+		return nil, takenByWatcher(name, "Delete", own)
+	}
+	stopped, err := s.remove(name)
+	if err != nil || !owned {
+		return stopped, err
+	}
+	delete(n.owner, name)
+	return stopped, n.handOver(s, name)
+}
+
+func (n *nameClaims) own(name string, c claim) {
+	if n.owner == nil {
+		n.owner = map[string]claim{}
+	}
+	n.owner[name] = c
+}
+
+// handOver gives a name its owner let go of to the oldest waiting claim,
+// if any.
+func (n *nameClaims) handOver(s *Server, name string) error {
+	q := n.waiting[name]
+	if len(q) == 0 {
+		return nil
+	}
+	next := q[0]
+	n.unwait(name, next.from)
+	n.own(name, next)
+	s.log.Info("cluster's source deleted it; the next watcher that sent it takes over", "cluster", name, "from", next.source())
+	return s.put(next.cfg)
 }
 
 // apply applies one event of watcher from.
@@ -58,10 +142,7 @@ func (n *nameClaims) apply(s *Server, from int, ev configwatcher.Event) error {
 		if err := s.put(ev.Config); err != nil {
 			return err
 		}
-		if n.owner == nil {
-			n.owner = map[string]claim{}
-		}
-		n.owner[name] = c
+		n.own(name, c)
 		return nil
 	case configwatcher.Deleted:
 		if !owned || own.from != from {
@@ -72,12 +153,8 @@ func (n *nameClaims) apply(s *Server, from int, ev configwatcher.Event) error {
 			return nil
 		}
 		delete(n.owner, name)
-		if q := n.waiting[name]; len(q) > 0 {
-			next := q[0]
-			n.unwait(name, next.from)
-			n.owner[name] = next
-			s.log.Info("cluster's watcher deleted it; the next watcher that sent it takes over", "cluster", name, "from", next.source())
-			return s.put(next.cfg)
+		if len(n.waiting[name]) > 0 {
+			return n.handOver(s, name)
 		}
 		return s.drop(name)
 	}

@@ -91,3 +91,87 @@ func TestTwoWatchersOneName(t *testing.T) {
 		return errors.Is(err, server.ErrClusterNotFound)
 	})
 }
+
+// TestHandAddedNameIsKept: a name given to Server.Add is the program's
+// own. A watcher's config for it — a kubeconfig Secret named like it,
+// pointing elsewhere — is refused with ErrClusterNameTaken naming both
+// sources, and the running cluster keeps its config, its source and its
+// Manager. Add, Update and Delete by hand of a name a watcher feeds are
+// refused the same way. Once the hand-added cluster is deleted, the
+// waiting watcher's config takes over.
+func TestHandAddedNameIsKept(t *testing.T) {
+	srv, _ := fakeServer(t, nil, configMapController("cms"))
+	mine, theirs := fakeMember(t), fakeMember(t)
+	w := newChanWatcher()
+	srv.Watch(w)
+	cfgMine := mine.Config()
+	cfgMine.UserAgent = "mine"
+	if err := srv.Add(config.NewNamedConfig("payments", cfgMine)); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, srv, "payments", server.PhaseReady)
+	before, err := srv.GetManager("payments")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cfgTheirs := theirs.Config()
+	cfgTheirs.UserAgent = "theirs"
+	forged := config.NewNamedConfig("payments", cfgTheirs)
+	forged.Source = config.Source{Object: "Secret team-x/payments"}
+	refused := func(n int) func() bool {
+		return func() bool {
+			c := 0
+			for _, we := range srv.WatchErrors() {
+				msg := we.Err.Error()
+				if errors.Is(we.Err, server.ErrClusterNameTaken) && strings.Contains(msg, "Secret team-x/payments") && strings.Contains(msg, "Server.Add") {
+					c++
+				}
+			}
+			return c >= n
+		}
+	}
+	for i, typ := range []configwatcher.EventType{configwatcher.Added, configwatcher.Updated} {
+		w.events <- configwatcher.Event{Type: typ, Config: forged}
+		test.Eventually(t, 10*time.Second, "the watcher's "+typ.String()+" refused, naming both sources", refused(i+1))
+	}
+	// A watcher's Deleted of a name it does not feed changes nothing.
+	w.events <- configwatcher.Event{Type: configwatcher.Deleted, Config: &config.NamedConfig{Name: "payments"}}
+	w.events <- configwatcher.Event{Type: configwatcher.Added, Config: config.NewNamedConfig("fed", theirs.Config())}
+	waitPhase(t, srv, "fed", server.PhaseReady) // the events above were applied
+	st, err := srv.Status("payments")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Source.Object != "" || st.Restarts != 0 || st.Phase != server.PhaseReady {
+		t.Fatalf("payments: source %v, %d restarts, phase %s; want the hand-added one, untouched", st.Source, st.Restarts, st.Phase)
+	}
+	if mgr, _ := srv.GetManager("payments"); mgr != before || mgr.GetConfig().UserAgent != "mine" {
+		t.Fatal("payments' Manager was replaced")
+	}
+
+	// The reverse: a name the watcher feeds is not the program's to change.
+	for call, f := range map[string]func() error{
+		"Add":    func() error { return srv.Add(config.NewNamedConfig("fed", mine.Config())) },
+		"Update": func() error { return srv.Update(config.NewNamedConfig("fed", mine.Config())) },
+		"Delete": func() error { return srv.Delete("fed") },
+	} {
+		if err := f(); !errors.Is(err, server.ErrClusterNameTaken) {
+			t.Errorf("%s of a watcher's name = %v, want ErrClusterNameTaken", call, err)
+		}
+	}
+	waitPhase(t, srv, "fed", server.PhaseReady)
+
+	// The program lets go of its name: the watcher's config, sent again
+	// after its Deleted above withdrew it, takes over.
+	w.events <- configwatcher.Event{Type: configwatcher.Updated, Config: forged}
+	test.Eventually(t, 10*time.Second, "the watcher's claim refused again", refused(3))
+	if err := srv.Delete("payments"); err != nil {
+		t.Fatal(err)
+	}
+	test.Eventually(t, 10*time.Second, "the waiting watcher's config takes over", func() bool {
+		st, err := srv.Status("payments")
+		return err == nil && st.Source.Object == "Secret team-x/payments"
+	})
+	waitPhase(t, srv, "payments", server.PhaseReady)
+}
