@@ -46,7 +46,7 @@ func ExampleFaultProxy() {
 	p, err := test.StartFaultProxy(fleet.Cluster("east").Config)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return
 	}
 	defer func() { _ = p.Close() }()
 	// Anything built on p.Config() (a Server member, a client) goes
@@ -78,34 +78,40 @@ func ExampleOwnershipRecorder() {
 	}
 	defer func() { _ = fleet.Stop() }()
 	rec := &test.OwnershipRecorder{}
-	var stops []func() error
-	for _, replica := range []string{"replica-1", "replica-2"} {
+	replicas := []string{"replica-1", "replica-2"}
+	stops := make([]func() error, 0, len(replicas))
+	defer func() {
+		for _, stop := range stops {
+			_ = stop()
+		}
+	}()
+	for _, replica := range replicas {
 		srv, err := server.NewServer(fleet.Cluster("host").Config, ctrl.Options{
 			Metrics: metricsserver.Options{BindAddress: "0"},
 		})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+			return
 		}
 		srv.AddReconcilerSetup(rec.Setup(replica)) // next to your own setups
 		for _, name := range []string{"east", "west"} {
 			if err := srv.Add(fleet.Cluster(name).Named); err != nil {
 				fmt.Fprintln(os.Stderr, err)
-				os.Exit(1)
+				return
 			}
 		}
 		stops = append(stops, test.Background(srv))
 	}
-	// Wait until every cluster is owned (a test waits with test.Eventually).
+	// Wait until both replicas run both clusters (a test waits with
+	// test.Eventually).
 	for len(rec.Owners("east")) < 2 || len(rec.Owners("west")) < 2 {
 		time.Sleep(100 * time.Millisecond)
 	}
 	from := time.Now()
-	// ... attack: stop a replica, put a FaultProxy in front of a cluster
+	// The attack: here, replica-1 stops (or its API servers are put behind
+	// FaultProxies and frozen).
+	_ = stops[0]()
 	rep := rec.Report(from, time.Now(), "east", "west")
-	for _, stop := range stops {
-		_ = stop()
-	}
 	if err := rep.Check(15 * time.Second); err != nil {
 		fmt.Println(err) // names each cluster, interval and owner at fault
 	}

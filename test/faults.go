@@ -115,7 +115,7 @@ func StartFaultProxy(target *rest.Config) (*FaultProxy, error) {
 	cfg := rest.CopyConfig(target)
 	// The client still checks the certificate against the API server's
 	// name, not the proxy's address.
-	if cfg.ServerName == "" {
+	if cfg.ServerName == "" && u.Scheme == "https" {
 		cfg.ServerName = u.Hostname()
 	}
 	u.Host = p.addr
