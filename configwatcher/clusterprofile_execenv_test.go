@@ -130,8 +130,9 @@ func TestClusterProfileExecEnvHostile(t *testing.T) {
 	}
 	pluginSaw := func(name string) []string {
 		t.Helper()
-		var envs []string
-		for _, run := range e.pluginRuns(t, name) {
+		runs := e.pluginRuns(t, name)
+		envs := make([]string, 0, len(runs))
+		for _, run := range runs {
 			envs = append(envs, run.Env)
 		}
 		return envs
@@ -181,7 +182,7 @@ func TestClusterProfileExecEnvHostile(t *testing.T) {
 		s["accessProviders"] = []any{e.access(cpxAppend, "benign", map[string]any{"extensions": cpxExtensions("benign",
 			map[string]string{"EXECPLUGIN_EXTRA": "from-profile", "BASH_ENV": "$(: > " + mark("turned") + ")"})})}
 	})
-	cpxWatchError(t, srv, "ClusterProfile "+ns+"/benign:", `"BASH_ENV"`, "last good config")
+	_ = cpxWatchError(t, srv, "ClusterProfile "+ns+"/benign:", `"BASH_ENV"`, "last good config")
 	if st := ready("benign"); st.Restarts != st0.Restarts || st.Failures != st0.Failures {
 		t.Errorf("benign restarted: restarts %d (was %d), failures %d (was %d)", st.Restarts, st0.Restarts, st.Failures, st0.Failures)
 	}
@@ -200,7 +201,7 @@ func TestClusterProfileExecEnvHostile(t *testing.T) {
 // AppendIfNotExists and Replace, as cpxAppend and cpxReplace.
 func writeCPXProviders(t *testing.T, e *clusterProfileEnv) {
 	t.Helper()
-	var providers []any
+	providers := make([]any, 0, 2)
 	for name, policy := range map[string]configwatcher.AccessPolicy{
 		cpxAppend:  configwatcher.AccessPolicyAppendIfNotExists,
 		cpxReplace: configwatcher.AccessPolicyReplace,
