@@ -72,7 +72,9 @@ var clusterProfileGVK = schema.GroupVersionKind{Group: "multicluster.x-k8s.io", 
 // profile is untrusted input in every other way: it chooses no file (a
 // certificate-authority path is refused), may not turn TLS verification
 // off, and adds arguments or environment variables to the plugin only
-// where the operator's provider allows it.
+// where the operator's provider allows it — and never loader, shell,
+// interpreter, proxy, TLS-trust or credential variables, nor one the
+// controller's process already has (see AccessProvider).
 //
 // Readiness and removal: a profile joins the fleet (Added) once its
 // ControlPlaneHealthy condition is True, or with PublishUnhealthy as soon
