@@ -1,10 +1,12 @@
 package server_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -12,14 +14,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	mcclient "github.com/mccr-dev/mccr/client"
@@ -79,53 +88,132 @@ func (w *shardWitness) owners() map[string][]string {
 }
 
 // shardHarness runs replicas of one sharded program in this process, all
-// given the same clusters, with a witness of who runs what.
+// given the same clusters, with witnesses of who runs what: shardWitness
+// (every start) and a test.OwnershipRecorder (overlaps and dark gaps).
 type shardHarness struct {
 	t     *testing.T
 	ns    string
 	names []string
 	w     *shardWitness
+	rec   *test.OwnershipRecorder
 }
 
 type replica struct {
-	srv  *server.Server
-	stop func() error
+	id    string
+	srv   *server.Server
+	stop  func() error
+	proxy *test.FaultProxy // in front of the host, when asked for
+	lines *logLines        // everything the replica logged
 }
 
 func newShardHarness(t *testing.T, clusters int) *shardHarness {
-	h := &shardHarness{t: t, ns: testNamespace(t), w: &shardWitness{running: map[string]map[string]bool{}}}
+	h := &shardHarness{t: t, ns: testNamespace(t), w: &shardWitness{running: map[string]map[string]bool{}}, rec: &test.OwnershipRecorder{}}
 	for i := range clusters {
 		h.names = append(h.names, fmt.Sprintf("fleet/c%02d", i))
 	}
 	return h
 }
 
+// replicaSpec says how to run a replica; the zero value of each field is
+// the harness's default.
+type replicaSpec struct {
+	id    string
+	group string // default "shard-test"
+	// lease, renew, retry: default 3s, 2s, 500ms.
+	lease, renew, retry time.Duration
+	// wrap wraps the replica's host transport (faults of its own).
+	wrap func(http.RoundTripper) http.RoundTripper
+	// proxy puts the host behind a test.FaultProxy of the replica's own.
+	proxy bool
+}
+
 // start runs replica id; wrap, if set, wraps its host transport (faults).
 func (h *shardHarness) start(id string, wrap func(http.RoundTripper) http.RoundTripper) replica {
+	return h.launch(replicaSpec{id: id, wrap: wrap})
+}
+
+// launch runs a replica as spec says.
+func (h *shardHarness) launch(spec replicaSpec) replica {
 	t := h.t
+	r := replica{id: spec.id, lines: &logLines{}}
 	cfg := rest.CopyConfig(fleet.Cluster("host").Config)
-	cfg.WrapTransport = wrap
+	if spec.proxy {
+		r.proxy = test.NewFaultProxy(t, cfg)
+		cfg = r.proxy.Config()
+	}
+	cfg.WrapTransport = spec.wrap
+	sh := server.ShardingOptions{
+		Identity: spec.id, Namespace: h.ns, Group: cmp.Or(spec.group, "shard-test"),
+		LeaseDuration: cmp.Or(spec.lease, 3*time.Second), RenewDeadline: cmp.Or(spec.renew, 2*time.Second),
+		RetryPeriod: cmp.Or(spec.retry, 500*time.Millisecond),
+	}
 	srv, err := server.NewServer(cfg, ctrl.Options{
-		Logger:                 test.Logger(t).WithValues("replica", id),
+		Logger:                 r.lines.logger(t).WithValues("replica", spec.id),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{h.ns: {}}},
 		// Under LeaseDuration − RenewDeadline, as sharding requires.
 		GracefulShutdownTimeout: ptr.To(500 * time.Millisecond),
-	}, server.WithSharding(server.ShardingOptions{
-		Identity: id, Namespace: h.ns, Group: "shard-test",
-		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond,
-	}))
+	}, server.WithSharding(sh))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.AddReconcilerSetup(h.w.setup(id))
+	srv.AddReconcilerSetup(h.w.setup(spec.id))
+	srv.AddReconcilerSetup(h.rec.Setup(spec.id))
 	for i, n := range h.names {
 		if err := srv.Add(config.NewNamedConfig(n, fleet.Cluster(members[i%len(members)]).Config)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return replica{srv, test.Run(t, srv)}
+	r.srv, r.stop = srv, test.Run(t, srv)
+	return r
+}
+
+// logLines keeps what a replica logged, to count lines of a kind.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+// logger writes to t's log until t's cleanup, like test.Logger, and keeps
+// every line.
+func (l *logLines) logger(t *testing.T) logr.Logger {
+	var done atomic.Bool
+	t.Cleanup(func() { done.Store(true) })
+	return funcr.New(func(prefix, args string) {
+		line := prefix + " " + args
+		l.mu.Lock()
+		l.lines = append(l.lines, line)
+		l.mu.Unlock()
+		if !done.Load() {
+			t.Log(line)
+		}
+	}, funcr.Options{})
+}
+
+// count returns how many lines contain s.
+func (l *logLines) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			n++
+		}
+	}
+	return n
+}
+
+// owned reports whether every cluster runs on exactly one replica, one of
+// ids.
+func (h *shardHarness) owned(ids ...string) bool {
+	for _, n := range h.names {
+		o := h.rec.Owners(n)
+		if len(o) != 1 || !slices.Contains(ids, o[0]) {
+			return false
+		}
+	}
+	return true
 }
 
 // settled waits until every cluster runs on exactly one of live.
@@ -391,4 +479,388 @@ func TestShardingLeaseDeletedByHand(t *testing.T) {
 		}
 	}
 	h.noDoubles()
+}
+
+// soak reports whether the long versions of the fault tests run
+// (MCCR_SOAK=1, make soak).
+func soak() bool { return os.Getenv("MCCR_SOAK") != "" }
+
+// darkAfter returns, over a report's clusters, the longest time a cluster
+// ran nowhere after instant back.
+func darkAfter(rep test.OwnershipReport, back time.Time) time.Duration {
+	var worst time.Duration
+	for _, c := range rep.Clusters {
+		for _, d := range c.Dark {
+			if d.To.After(back) {
+				worst = max(worst, d.To.Sub(later(d.From, back)))
+			}
+		}
+	}
+	return worst
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// TestShardingHostOutage takes the host API server away from two replicas
+// (LeaseDuration 8s, RenewDeadline 4s) that split 4 clusters — killed, so
+// that calls are refused, or behind a frozen proxy, so that they hang —
+// and brings it back. Over the whole run no cluster may run on two
+// replicas, and every cluster must run again within RenewDeadline + 2s of
+// the host answering; the replicas log a line when renewals start failing,
+// one per 30 s while they do, and one on recovery.
+func TestShardingHostOutage(t *testing.T) {
+	type tc struct {
+		outage time.Duration
+		hung   bool
+	}
+	cases := []tc{{12 * time.Second, false}, {40 * time.Second, false}, {12 * time.Second, true}, {40 * time.Second, true}}
+	if soak() {
+		cases = append(cases, tc{5 * time.Minute, false}, tc{5 * time.Minute, true})
+	}
+	for _, c := range cases {
+		mode := "refused"
+		if c.hung {
+			mode = "hung"
+		}
+		t.Run(fmt.Sprintf("%s %s", mode, c.outage), func(t *testing.T) { shardHostOutage(t, c.outage, c.hung) })
+	}
+}
+
+func shardHostOutage(t *testing.T, outage time.Duration, hung bool) {
+	const lease, renew, retry = 8 * time.Second, 4 * time.Second, 2 * time.Second
+	h := newShardHarness(t, 4)
+	spec := func(id string) replicaSpec {
+		return replicaSpec{id: id, lease: lease, renew: renew, retry: retry, proxy: hung}
+	}
+	a, b := h.launch(spec("a")), h.launch(spec("b"))
+	test.Eventually(t, 60*time.Second, "both replicas run clusters", func() bool {
+		return h.owned("a", "b") && len(h.rec.Owners(h.names[0])) == 1 && slices.ContainsFunc(h.names, func(n string) bool { return h.rec.Owners(n)[0] == "a" }) &&
+			slices.ContainsFunc(h.names, func(n string) bool { return h.rec.Owners(n)[0] == "b" })
+	})
+	from := time.Now()
+	host := fleet.Cluster("host")
+	if hung {
+		for _, r := range []replica{a, b} {
+			if err := r.proxy.Freeze(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	} else if err := host.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(outage) // the fault's length, not an assertion
+	if hung {
+		for _, r := range []replica{a, b} {
+			if err := r.proxy.Pass(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	back := time.Now()
+	if !hung {
+		// The host answers some time before StartAPIServer returns: time
+		// from its first answer.
+		answered := firstAnswer(t, host.Config)
+		if err := host.StartAPIServer(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		back = <-answered
+	}
+	test.Eventually(t, 60*time.Second, "every cluster runs again", func() bool { return h.owned("a", "b") })
+	running := time.Since(back)
+	// Watch it for a while: nothing may move or run twice.
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+	}
+	rep := h.rec.Report(from, time.Now(), h.names...)
+	dark := darkAfter(rep, back)
+	lines := map[string]int{}
+	for _, r := range []replica{a, b} {
+		lines[r.id] = r.lines.count("cannot renew") + r.lines.count("renewing this replica's Lease again")
+	}
+	t.Logf("figure: sharding host outage, %s for %s: every cluster running again %s after the host answered (longest dark after it %s, RenewDeadline %s); overlap %s; renewal lines %v; conflict lines a %d, b %d",
+		map[bool]string{false: "refused", true: "hung"}[hung], outage, running.Round(time.Millisecond), dark.Round(time.Millisecond), renew,
+		overlap(rep), lines, a.lines.count("has been modified"), b.lines.count("has been modified"))
+	if err := rep.Check(time.Hour); err != nil {
+		t.Error(err)
+	}
+	if c := rep.Clusters[0]; len(c.Dark) == 0 || c.Dark[0].From.Sub(from) > renew+time.Second {
+		t.Errorf("%s did not stop within RenewDeadline of the outage\n%s", c.Cluster, rep)
+	}
+	if dark > renew+2*time.Second {
+		t.Errorf("clusters ran nowhere for %s after the host answered, over RenewDeadline + 2s\n%s", dark, rep)
+	}
+	for id, n := range lines {
+		if limit := 2 + int(outage/(30*time.Second)); n > limit {
+			t.Errorf("%s logged %d lines about renewals over a %s outage, want at most %d", id, n, outage, limit)
+		}
+	}
+	for _, r := range []replica{a, b} {
+		if err := r.stop(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// firstAnswer polls the API server cfg reaches until it answers, and sends
+// the time it first did.
+func firstAnswer(t *testing.T, cfg *rest.Config) <-chan time.Time {
+	out := make(chan time.Time, 1)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+			cancel()
+			if err == nil {
+				out <- time.Now()
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	return out
+}
+
+func overlap(rep test.OwnershipReport) time.Duration {
+	var d time.Duration
+	for _, c := range rep.Clusters {
+		d += c.OverlapTotal
+	}
+	return d
+}
+
+// TestShardingDifferentTimings: during a rolling update that changes the
+// timings, replica a declares 30s/20s and b 6s/3s. a's host connection
+// hangs: b must wait the 30 s a declared before taking a's clusters, while
+// a stops them at its own 20 s — never both at once.
+func TestShardingDifferentTimings(t *testing.T) {
+	h := newShardHarness(t, 4)
+	a := h.launch(replicaSpec{id: "a", lease: 30 * time.Second, renew: 20 * time.Second, retry: 2 * time.Second, proxy: true})
+	b := h.launch(replicaSpec{id: "b", lease: 6 * time.Second, renew: 3 * time.Second, retry: time.Second})
+	onA := func() int {
+		n := 0
+		for _, name := range h.names {
+			if slices.Contains(h.rec.Owners(name), "a") {
+				n++
+			}
+		}
+		return n
+	}
+	test.Eventually(t, 60*time.Second, "both run clusters", func() bool { return h.owned("a", "b") && onA() > 0 && onA() < len(h.names) })
+	from := time.Now()
+	if err := a.proxy.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	var aStopped time.Duration
+	test.Eventually(t, 60*time.Second, "b runs every cluster", func() bool {
+		if aStopped == 0 && onA() == 0 {
+			aStopped = time.Since(from)
+		}
+		return h.owned("b")
+	})
+	bTook := time.Since(from)
+	rep := h.rec.Report(from, time.Now(), h.names...)
+	t.Logf("figure: sharding different timings: a (30s/20s) hung: a stopped its clusters after %s, b (6s/3s) ran them all after %s; overlap %s",
+		aStopped.Round(time.Millisecond), bTook.Round(time.Millisecond), overlap(rep))
+	if err := rep.Check(time.Hour); err != nil {
+		t.Error(err)
+	}
+	if err := a.proxy.Pass(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []replica{a, b} {
+		if err := r.stop(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestShardingDistinctGroups: two programs share a namespace and cluster
+// names, their Groups differing only past 40 characters, in case, or in
+// punctuation. Each must run every cluster of its own: their Leases never
+// meet.
+func TestShardingDistinctGroups(t *testing.T) {
+	long := "a-rather-long-group-name-for-the-controller"
+	for _, pair := range [][2]string{{long + "-eu", long + "-us"}, {"a.b", "a-b"}, {"Fleet", "fleet"}} {
+		t.Run(pair[0]+" vs "+pair[1], func(t *testing.T) {
+			h := newShardHarness(t, 8)
+			p := h.launch(replicaSpec{id: "p", group: pair[0]})
+			q := h.launch(replicaSpec{id: "q", group: pair[1]})
+			both := func() bool {
+				for _, n := range h.names {
+					if !slices.Equal(h.rec.Owners(n), []string{"p", "q"}) {
+						return false
+					}
+				}
+				return true
+			}
+			test.Eventually(t, 60*time.Second, "each program runs every cluster", both)
+			from := time.Now()
+			for end := from.Add(5 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+				if !both() {
+					t.Fatalf("the programs' clusters moved: %v", h.rec.Report(from, time.Now(), h.names...))
+				}
+			}
+			for _, r := range []replica{p, q} {
+				if err := r.stop(); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}
+
+// TestShardingNeedsAGroup: a sharded Server whose Group nothing names is
+// refused, so that two programs never split one fleet under one default.
+func TestShardingNeedsAGroup(t *testing.T) {
+	_, err := server.NewServer(fleet.Cluster("host").Config, ctrl.Options{
+		Metrics: metricsserver.Options{BindAddress: "0"}, GracefulShutdownTimeout: ptr.To(time.Second),
+	}, server.WithSharding(server.ShardingOptions{}))
+	if !errors.Is(err, server.ErrNoShardGroup) {
+		t.Errorf("NewServer without a Group: %v, want ErrNoShardGroup", err)
+	}
+	srv, err := server.NewServer(fleet.Cluster("host").Config, ctrl.Options{
+		Metrics: metricsserver.Options{BindAddress: "0"}, GracefulShutdownTimeout: ptr.To(time.Second), LeaderElectionID: "my-controller",
+	}, server.WithSharding(server.ShardingOptions{}))
+	if err != nil || srv == nil {
+		t.Errorf("NewServer with a LeaderElectionID: %v", err)
+	}
+}
+
+// TestShardingHostileClusterLease: a cluster's Lease names a holder no
+// replica is, as a restored backup or a GitOps tool leaves it. The replica
+// takes it only once it has stood for the duration it declares, and when
+// the copy is applied again and again over the Lease it holds, goes on
+// running the cluster: it starts at most twice in all.
+func TestShardingHostileClusterLease(t *testing.T) {
+	h := newShardHarness(t, 2)
+	name := h.names[0]
+	host := adminClient(t, "host")
+	copyOf := func(l *coordinationv1.Lease) {
+		l.Labels = map[string]string{shard.GroupLabel: shard.GroupKey("shard-test"), shard.RoleLabel: shard.RoleCluster}
+		l.Annotations = map[string]string{shard.GroupAnnotation: "shard-test", shard.ClusterAnnotation: name, shard.WriterAnnotation: "restored"}
+		l.Spec = coordinationv1.LeaseSpec{
+			HolderIdentity: ptr.To("ghost"), LeaseDurationSeconds: ptr.To(int32(10)),
+			RenewTime: &metav1.MicroTime{Time: time.Now().Add(-time.Hour)},
+		}
+	}
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: shard.ClusterLeaseName("shard-test", name), Namespace: h.ns}}
+	copyOf(l)
+	if err := host.Create(t.Context(), l); err != nil {
+		t.Fatal(err)
+	}
+	from := time.Now()
+	a := h.launch(replicaSpec{id: "a"})
+	test.Eventually(t, 60*time.Second, "a runs every cluster", func() bool { return h.owned("a") })
+	took := h.rec.Report(from, time.Now(), name).Clusters[0].Owned[0].From.Sub(from)
+	// A GitOps tool applies its copy every 2 s for 20 s.
+	for range 10 {
+		var cur coordinationv1.Lease
+		if err := host.Get(t.Context(), crclient.ObjectKeyFromObject(l), &cur); err != nil {
+			t.Fatal(err)
+		}
+		copyOf(&cur)
+		if err := host.Update(t.Context(), &cur); err != nil && !apierrors.IsConflict(err) {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second) // the tool's period
+	}
+	test.Eventually(t, 30*time.Second, "a runs the cluster", func() bool { return h.owned("a") })
+	rep := h.rec.Report(from, time.Now(), name)
+	t.Logf("figure: sharding hostile cluster Lease: taken %s after the replica started (declared 10 s); starts over 10 re-applies: %d", took.Round(time.Millisecond), rep.Clusters[0].Starts)
+	if took < 10*time.Second {
+		t.Errorf("a took a Lease another holder held after %s, before its declared 10 s", took)
+	}
+	if n := rep.Clusters[0].Starts; n > 2 {
+		t.Errorf("the cluster started %d times, want at most 2\n%s", n, rep)
+	}
+	if err := a.stop(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestShardingDuplicateIdentity: two processes run with one identity (a
+// copied Deployment). Both say so — an error line, a Warning event on the
+// Lease, mccr_shard_duplicate_identity, a failing ShardingReadyCheck — and
+// run nothing until alone; no cluster runs twice for longer than a lease
+// duration. Once one is gone, the other runs its share again.
+func TestShardingDuplicateIdentity(t *testing.T) {
+	h := newShardHarness(t, 6)
+	a := h.launch(replicaSpec{id: "a"})
+	x1 := h.launch(replicaSpec{id: "x"})
+	test.Eventually(t, 60*time.Second, "a and x run clusters", func() bool {
+		return h.owned("a", "x") && slices.ContainsFunc(h.names, func(n string) bool { return h.rec.Owners(n)[0] == "x" })
+	})
+	from := time.Now()
+	x2 := h.launch(replicaSpec{id: "x"})
+	ready := func(r replica) error { return r.srv.ShardingReadyCheck()(nil) }
+	test.Eventually(t, 30*time.Second, "both processes of x see the other", func() bool { return ready(x1) != nil && ready(x2) != nil })
+	detected := time.Since(from)
+	test.Eventually(t, 30*time.Second, "a runs every cluster", func() bool { return h.owned("a") })
+	for i, r := range []replica{x1, x2} {
+		if r.lines.count("duplicate replica identity") == 0 {
+			t.Errorf("process %d of x logged nothing", i+1)
+		}
+	}
+	if v := gaugeValue(t, "mccr_shard_duplicate_identity", "x"); v != 1 {
+		t.Errorf("mccr_shard_duplicate_identity{replica=x} = %v, want 1", v)
+	}
+	test.Eventually(t, 30*time.Second, "a Warning event on x's Lease", func() bool {
+		var evs eventsv1.EventList
+		if err := adminClient(t, "host").List(t.Context(), &evs, crclient.InNamespace(h.ns)); err != nil {
+			return false
+		}
+		return slices.ContainsFunc(evs.Items, func(e eventsv1.Event) bool {
+			return e.Reason == "DuplicateIdentity" && e.Regarding.Name == shard.ReplicaLeaseName("shard-test", "x")
+		})
+	})
+	rep := h.rec.Report(from, time.Now(), h.names...)
+	t.Logf("figure: sharding duplicate identity: both processes reported it %s after the second started; overlap %s", detected.Round(time.Millisecond), overlap(rep))
+	for _, c := range rep.Clusters {
+		if c.OverlapTotal > 3*time.Second {
+			t.Errorf("%s ran twice for %s, over a lease duration", c.Cluster, c.OverlapTotal)
+		}
+	}
+	if err := x2.stop(); err != nil {
+		t.Error(err)
+	}
+	test.Eventually(t, 30*time.Second, "x alone runs its share again", func() bool {
+		return ready(x1) == nil && h.owned("a", "x") && slices.ContainsFunc(h.names, func(n string) bool { return h.rec.Owners(n)[0] == "x" })
+	})
+	for _, r := range []replica{a, x1} {
+		if err := r.stop(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// gaugeValue reads a gauge's value for a replica from controller-runtime's
+// registry.
+func gaugeValue(t *testing.T, name, replica string) float64 {
+	t.Helper()
+	mfs, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "replica" && l.GetValue() == replica {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
 }

@@ -43,6 +43,7 @@ type claim struct {
 	watched  <-chan struct{} // the stopping channel a goroutine waits on to poke the loop
 	lastRV   string          // the version of this replica's last standing write
 	pending  bool            // a write of a claim whose outcome is unknown
+	epoch    int64           // the Coordinator's epoch when it was last written
 	checked  time.Time       // last read to confirm someone else's write
 }
 
@@ -152,6 +153,15 @@ func (c *Coordinator) take(ctx context.Context, name string, cl *claim, e entry,
 	case e.rec.holder == "":
 		handover, since = true, e.rec.renew // released then, by the releaser's clock
 	case c.mine(cl, e):
+		if cl.epoch == c.epoch {
+			// Written, and this replica renewed all along since: nobody can
+			// have taken it. A write whose answer was lost is settled by
+			// this read, without another write.
+			cl.lastRV, cl.pending = e.lease.ResourceVersion, false
+			return true
+		}
+		// Its claim may have lapsed since: the update below stands only if
+		// nobody took the Lease meanwhile.
 	case !e.expired(now, c.o.LeaseDuration):
 		return false
 	case e.rec.holder == c.o.Identity:
@@ -252,6 +262,7 @@ func (c *Coordinator) write(ctx context.Context, name string, cl *claim, base *e
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(c.o.LeaseDuration / time.Second)) //nolint:gosec // at most MaxLeaseDuration
 	l.Spec.RenewTime = &metav1.MicroTime{Time: now}
 
+	cl.epoch = c.epoch
 	rctx, cancel := context.WithTimeout(ctx, c.o.requestTimeout())
 	var got *coordinationv1.Lease
 	var err error

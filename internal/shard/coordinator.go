@@ -63,10 +63,14 @@ type Coordinator struct {
 	claims     map[string]*claim
 	told       map[string]string // name → owner last told to Members ("" none; ownTag: this replica)
 	wasHealthy bool
-	joined     bool // healthy once
-	leaving    bool
-	writes     *failures // of cluster Leases and deletions
-	budget     int
+	// epoch changes whenever this replica may have lost its claims: its
+	// renewals lapsed, the watchdog fired, or another process wrote its
+	// Lease. A claim written in the current epoch still stands.
+	epoch   int64
+	joined  bool // healthy once
+	leaving bool
+	writes  *failures // of cluster Leases and deletions
+	budget  int
 }
 
 // ownTag is what told holds for a cluster this replica was told to run.
@@ -188,11 +192,18 @@ func (c *Coordinator) fenceIfOverdue() {
 // step renews this replica's Lease when due, works out the assignment, and
 // brings each cluster this replica has to do with in line with it.
 func (c *Coordinator) step(ctx context.Context) {
+	if c.wasHealthy && !c.hb.healthy(c.o.Clock.Now()) {
+		// Lapsed since the last step (a call that hung), even if the
+		// renewal below works.
+		c.epoch++
+		c.wasHealthy = false
+	}
 	c.renewIfDue(ctx)
 	if f := c.fences.Load(); f != c.seenFences {
 		// The watchdog stopped everything: what ran is stopping now, and
 		// Disown tells when it has stopped.
 		c.seenFences = f
+		c.epoch++
 		for _, cl := range c.claims {
 			cl.running, cl.stopping = false, nil
 		}
@@ -203,7 +214,7 @@ func (c *Coordinator) step(ctx context.Context) {
 	c.hb.observe(own, ok, now)
 	healthy := c.hb.healthy(now)
 	alone := c.hb.check(now)
-	if healthy && !c.wasHealthy {
+	if healthy && alone && !c.wasHealthy {
 		// Joining, or back from a time without renewals: silence this
 		// replica could not have heard tells nothing of the others, and
 		// the watch may be as stale as its view.
@@ -213,7 +224,10 @@ func (c *Coordinator) step(ctx context.Context) {
 		}
 		c.joined = true
 	}
-	c.wasHealthy = healthy
+	if (!healthy || !alone) && c.wasHealthy {
+		c.epoch++
+	}
+	c.wasHealthy = healthy && alone
 	c.restartQuietWatch(healthy, now)
 	c.cache.prune(now, c.o.LeaseDuration)
 	snap := c.cache.snapshot()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -312,6 +313,31 @@ func TestSimCrashTakeover(t *testing.T) {
 	t.Logf("figure: sim crash: b ran a's clusters %s after a died (LeaseDuration %s)", took, defaultTiming.lease)
 	if took < defaultTiming.lease-defaultTiming.retry {
 		t.Errorf("b took a's clusters after %s, before a's lease duration", took)
+	}
+	s.rec.noDoubles(t)
+}
+
+// TestSimLostClusterWrites: every write of a's cluster Leases lands but its
+// answer is lost. a reads what it wrote and runs exactly the clusters whose
+// Leases name it; it hands over to b what b is to run; nothing runs twice
+// or nowhere.
+func TestSimLostClusterWrites(t *testing.T) {
+	s := newSim(t, 8)
+	a := s.add("a", defaultTiming, Options{})
+	a.leases.setFault(func(verb, name string) fault {
+		if (verb == "create" || verb == "update") && strings.Contains(name, "-c-") {
+			return loseAns
+		}
+		return pass
+	})
+	s.until(30*time.Second, "a runs everything", func() bool { return s.settled() && s.load()["a"] == 8 })
+	s.add("b", defaultTiming, Options{})
+	s.until(30*time.Second, "b runs its share", func() bool { return s.settled() && s.load()["b"] > 0 })
+	s.run(10 * time.Second)
+	for n, rs := range s.rec.owners() {
+		if holder := ptr.Deref(s.store.get(ClusterLeaseName("fleet", n)).Spec.HolderIdentity, ""); len(rs) != 1 || rs[0] != holder {
+			t.Errorf("%s runs on %v, its Lease names %q", n, rs, holder)
+		}
 	}
 	s.rec.noDoubles(t)
 }

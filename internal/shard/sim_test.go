@@ -39,8 +39,8 @@ type simReplica struct {
 	// busyUntil: its loop is stuck in calls that hang until then (its
 	// watchdog is not).
 	busyUntil time.Time
-	stale   bool // its watch delivers nothing
-	lines   *lineCounter
+	stale     bool // its watch delivers nothing
+	lines     *lineCounter
 }
 
 func newSim(t *testing.T, clusters int) *sim {
