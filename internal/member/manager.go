@@ -146,6 +146,9 @@ type Manager struct {
 
 	// waiting are the kinds warm-ups wait for; written by the cache.
 	waiting *kindSet
+	// writes are the member's writes in flight, which its stop waits for
+	// (bounded by their grace; nil without Build).
+	writes *writesInFlight
 
 	mu      sync.Mutex
 	pending [groups][]pendingRunnable
@@ -243,7 +246,8 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 	}
 	forbidden := syncinformer.NewKinds()
 	waiting := newKindSet()
-	memberHC, mapperHC, err := httpClients(lifetime, cfg, opts.CompressWatches)
+	writes := newWritesInFlight(writeGrace(opts.GracefulShutdownTimeout))
+	memberHC, mapperHC, err := httpClients(lifetime, cfg, opts.CompressWatches, writes)
 	if err != nil {
 		return nil, fmt.Errorf("creating HTTP client: %w", err)
 	}
@@ -283,6 +287,7 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 	}
 	m := New(cl, opts.Options)
 	m.waiting = waiting
+	m.writes = writes
 	return m, nil
 }
 
@@ -417,6 +422,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		go func() {
 			m.wg.Wait()
 			<-cacheStopped
+			m.writes.wait()
 			close(m.stopped)
 		}()
 	}()
@@ -515,7 +521,8 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 
 // Stopped is closed once Start has returned and every runnable has
 // returned too, including those that outlived the graceful shutdown
-// timeout.
+// timeout, and no write of the member is in flight any more (each gets its
+// answer or is cut within its grace; see writeRoundTrip).
 func (m *Manager) Stopped() <-chan struct{} { return m.stopped }
 
 // WaitForSync reports whether the cache and every controller added before

@@ -3,6 +3,7 @@ package member
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -11,7 +12,9 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"github.com/mccr-dev/mccr/client"
 	"github.com/mccr-dev/mccr/internal/syncinformer"
+	"github.com/mccr-dev/mccr/internal/writegrace"
 )
 
 // discoveryTimeout bounds each discovery request of a member's REST
@@ -24,12 +27,13 @@ const discoveryTimeout = 30 * time.Second
 
 // httpClients returns the HTTP client a member's cache and client use,
 // whose every request also ends when lifetime does (see lifetimeTransport
-// for the informers' requests; and whose watches are
-// uncompressed unless compressWatches), and the one for its
-// REST mapper. The mapper may be shared with other members of the same API
-// server and identity, so it must not die with this one: its requests are
-// bounded by discoveryTimeout instead.
-func httpClients(lifetime context.Context, cfg *rest.Config, compressWatches bool) (member, mapper *http.Client, err error) {
+// for the informers' requests, and for writes, which get the grace of
+// writes unless it is nil; and whose watches are uncompressed unless
+// compressWatches), and the one for its REST mapper. The mapper may be
+// shared with other members of the same API server and identity, so it
+// must not die with this one: its requests are bounded by
+// discoveryTimeout instead.
+func httpClients(lifetime context.Context, cfg *rest.Config, compressWatches bool, writes *writesInFlight) (member, mapper *http.Client, err error) {
 	base, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, nil, err
@@ -42,7 +46,7 @@ func httpClients(lifetime context.Context, cfg *rest.Config, compressWatches boo
 	if !compressWatches {
 		memberRT = plainWatches{rt}
 	}
-	member = &http.Client{Transport: &lifetimeTransport{next: memberRT, lifetime: lifetime}, Timeout: base.Timeout, Jar: base.Jar}
+	member = &http.Client{Transport: &lifetimeTransport{next: memberRT, lifetime: lifetime, writes: writes}, Timeout: base.Timeout, Jar: base.Jar}
 	mapper = &http.Client{Transport: rt, Timeout: discoveryTimeout, Jar: base.Jar}
 	if base.Timeout > 0 && base.Timeout < discoveryTimeout {
 		mapper.Timeout = base.Timeout
@@ -82,7 +86,7 @@ func isWatch(req *http.Request) bool {
 
 // lifetimeTransport ends each request (and the reading of its body, a
 // watch's stream among them) when the member's lifetime ends, whatever the
-// request's own context.
+// request's own context; writes get a grace first (see writeRoundTrip).
 //
 // The requests of the cache's informers keep their own context, which ends
 // when the informer stops (see syncinformer.InformerRun): a context derived
@@ -91,18 +95,32 @@ func isWatch(req *http.Request) bool {
 // refused; a request of theirs still waiting for its answer then ends when
 // the informer stops, which the member's cache does before its Manager's
 // Start returns.
-// errStoppedBeforeRequest refuses an informer's request made once the
-// member's lifetime has ended.
-var errStoppedBeforeRequest = errors.New("member cluster stopped: request not sent")
-
 type lifetimeTransport struct {
 	next     http.RoundTripper
 	lifetime context.Context
+	// writes gives writes their grace; nil cuts them with the lifetime,
+	// as any other request.
+	writes *writesInFlight
 }
+
+var (
+	// errStoppedBeforeRequest refuses a request of an informer, or a write,
+	// made once the member's lifetime has ended, and cuts a write not sent
+	// yet when it ends. Nothing reached the API server: the cluster is not
+	// ready, as the fan-out client tells its callers.
+	errStoppedBeforeRequest = fmt.Errorf("member cluster stopped: request not sent: %w", client.ErrClusterNotReady)
+	// errWriteGraceEnded cuts a write whose answer did not come within its
+	// grace after the member's lifetime ended. The API server may have
+	// applied it.
+	errWriteGraceEnded = errors.New("member cluster stopped and the write's answer did not come within its grace")
+)
 
 func (t *lifetimeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if syncinformer.InformerRun(req.Context()) {
 		return t.informerRoundTrip(req)
+	}
+	if t.writes != nil && isWrite(req) {
+		return t.writeRoundTrip(req)
 	}
 	ctx, cancel := context.WithCancelCause(req.Context())
 	stop := context.AfterFunc(t.lifetime, func() { cancel(errMemberStopped) })
@@ -128,6 +146,113 @@ func (t *lifetimeTransport) informerRoundTrip(req *http.Request) (*http.Response
 	stop := context.AfterFunc(t.lifetime, func() { _ = body.Close() })
 	resp.Body = &releasingBody{ReadCloser: body, release: func() { stop() }}
 	return resp, nil
+}
+
+// writeRoundTrip sends a write that the member's stop does not cut before
+// its grace: a write already sent when the lifetime ends gets up to the
+// grace to receive its answer (the API server may have applied it, and only
+// the answer tells the caller); one not sent yet is cut at once, and one
+// made after the lifetime ended is refused. The Manager counts it as in
+// flight until its body is closed, and stops only once none is (see
+// writesInFlight.wait), so the member's connections outlive it.
+func (t *lifetimeTransport) writeRoundTrip(req *http.Request) (*http.Response, error) {
+	if t.lifetime.Err() != nil || !t.writes.add() {
+		return nil, errStoppedBeforeRequest
+	}
+	ctx, w := writegrace.Start(req.Context(), t.lifetime, t.writes.grace, errStoppedBeforeRequest, errWriteGraceEnded)
+	release := func() {
+		w.Done()
+		t.writes.done()
+	}
+	resp, err := t.next.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		release()
+		return nil, err
+	}
+	resp.Body = &releasingBody{ReadCloser: resp.Body, release: release}
+	return resp, nil
+}
+
+// isWrite reports whether req may change something on the API server:
+// anything but a read.
+func isWrite(req *http.Request) bool {
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return false
+	}
+	return true
+}
+
+// writeGrace is how long a member's write already sent may wait for its
+// answer once the member stops: the fan-out client's grace
+// (client.DefaultWriteGrace), but never longer than the member's graceful
+// shutdown timeout (given as in Options), which bounds its stop; with a
+// timeout of zero ("do not wait") writes are cut with the member.
+func writeGrace(shutdown *time.Duration) time.Duration {
+	timeout, forever := ShutdownTimeout(shutdown)
+	if forever {
+		return client.DefaultWriteGrace
+	}
+	return min(timeout, client.DefaultWriteGrace)
+}
+
+// writesInFlight counts a member's writes that may still get their answer.
+type writesInFlight struct {
+	grace time.Duration
+
+	mu     sync.Mutex
+	n      int
+	closed bool
+	idle   chan struct{} // closed once closed and none is in flight
+}
+
+func newWritesInFlight(grace time.Duration) *writesInFlight {
+	return &writesInFlight{grace: grace, idle: make(chan struct{})}
+}
+
+// add counts a write about to be sent; false once wait was called.
+func (w *writesInFlight) add() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return false
+	}
+	w.n++
+	return true
+}
+
+func (w *writesInFlight) done() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.n--
+	if w.n == 0 && w.closed {
+		close(w.idle)
+	}
+}
+
+// wait refuses writes from now on and returns once none is in flight, or
+// after the grace: called once the member's lifetime has ended, by when
+// every write still in flight is cut. A response body its caller never
+// closes thus holds the member's stop for one grace at most. Nil waits for
+// nothing.
+func (w *writesInFlight) wait() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	if !w.closed {
+		w.closed = true
+		if w.n == 0 {
+			close(w.idle)
+		}
+	}
+	w.mu.Unlock()
+	t := time.NewTimer(w.grace)
+	defer t.Stop()
+	select {
+	case <-w.idle:
+	case <-t.C:
+	}
 }
 
 // WrappedRoundTripper lets client-go's helpers see through the wrapper.
