@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
+	"github.com/mccr-dev/mccr/internal/writegrace"
 	"github.com/mccr-dev/mccr/known"
 )
 
@@ -41,7 +44,13 @@ type Fleet interface {
 	Members() []Member
 }
 
-// Options configures a fan-out Client.
+// DefaultWriteGrace is Options.WriteGrace when it is zero: long enough
+// for an API server's answer to a write (a Create, an Update: milliseconds;
+// one behind slow admission webhooks: seconds), short enough that a
+// cluster's Delete, which waits for its writes in flight, stays prompt.
+const DefaultWriteGrace = 10 * time.Second
+
+// Options configures a fan-out Client. New fills in the defaults.
 type Options struct {
 	// Scheme answers Scheme and GroupVersionKindFor. Required.
 	Scheme *runtime.Scheme
@@ -49,6 +58,12 @@ type Options struct {
 	// passes the host cluster's mapper (members normally serve the same
 	// kinds; for one member's own view use that member's client).
 	RESTMapper meta.RESTMapper
+	// WriteGrace is how long a write already sent when its cluster's
+	// route ends (the cluster is deleted or restarts) may still wait for
+	// its answer, so that the caller learns what the API server did. The
+	// caller's ctx bounds it too. Zero is DefaultWriteGrace; negative
+	// gives no grace: such a write returns ErrOutcomeUnknown at once.
+	WriteGrace time.Duration
 }
 
 // Client is a controller-runtime client.Client that sends each call to the
@@ -58,13 +73,25 @@ type Client struct {
 	fleet  Fleet
 	scheme *runtime.Scheme
 	mapper meta.RESTMapper
+	grace  time.Duration
+	// graceEnded is the cause a write is cut with once its grace ends.
+	graceEnded error
 }
 
 var _ crclient.Client = &Client{}
 
 // New returns a fan-out client over fleet.
 func New(fleet Fleet, opts Options) *Client {
-	return &Client{fleet: fleet, scheme: opts.Scheme, mapper: opts.RESTMapper}
+	switch {
+	case opts.WriteGrace == 0:
+		opts.WriteGrace = DefaultWriteGrace
+	case opts.WriteGrace < 0:
+		opts.WriteGrace = 0
+	}
+	return &Client{
+		fleet: fleet, scheme: opts.Scheme, mapper: opts.RESTMapper, grace: opts.WriteGrace,
+		graceEnded: fmt.Errorf("no answer within the write grace of %s after the cluster's route ended", opts.WriteGrace),
+	}
 }
 
 // For returns the client of the cluster ctx names, or an error wrapping
@@ -90,27 +117,23 @@ func (c *Client) route(ctx context.Context) (Member, error) {
 // read runs a read against the cluster ctx names. Reads are served from
 // the member's cache, which ends any wait of its own (a kind whose
 // informer has not synced) when the member stops; the hot path, a read
-// from a synced cache, costs no more than the member's own client. An
-// error that comes back after the cluster's route ended is reported as
-// the cluster leaving or restarting.
+// from a synced cache, costs no more than the member's own client.
 func (c *Client) read(ctx context.Context, call func(context.Context, crclient.Client) error) error {
 	m, err := c.route(ctx)
 	if err != nil {
 		return err
 	}
 	err = call(ctx, m.Client)
-	if err != nil && m.Context != nil && m.Context.Err() != nil && ctx.Err() == nil {
-		return c.routeEnded(m.Name)
+	if err != nil {
+		return c.readError(ctx, m, err)
 	}
-	return err
+	return nil
 }
 
-// write runs a write against the cluster ctx names, under a context that
-// also ends when that cluster's route does (it is deleted or restarts):
-// a write to a cluster that is going away returns ErrClusterNotFound or
-// ErrClusterNotReady instead of waiting for the caller's deadline, which a
-// Reconcile's ctx does not have.
-func (c *Client) write(ctx context.Context, call func(context.Context, crclient.Client) error) error {
+// readLive runs a read that goes to the API server (a subresource's Get)
+// under a context that also ends when the cluster's route does: a read
+// has no outcome to lose, so it returns as soon as its cluster goes away.
+func (c *Client) readLive(ctx context.Context, call func(context.Context, crclient.Client) error) error {
 	m, err := c.route(ctx)
 	if err != nil {
 		return err
@@ -118,10 +141,75 @@ func (c *Client) write(ctx context.Context, call func(context.Context, crclient.
 	rctx, done := routeContext(ctx, m.Context)
 	err = call(rctx, m.Client)
 	done()
-	if err != nil && m.Context != nil && m.Context.Err() != nil && ctx.Err() == nil {
+	if err != nil {
+		return c.readError(ctx, m, err)
+	}
+	return nil
+}
+
+// readError is what a failed read returns: the API server's answer as it
+// is; any other error that comes back after the cluster's route ended is
+// reported as the cluster leaving or restarting.
+func (c *Client) readError(ctx context.Context, m Member, err error) error {
+	if m.Context != nil && m.Context.Err() != nil && ctx.Err() == nil && !isAnswer(err) {
 		return c.routeEnded(m.Name)
 	}
 	return err
+}
+
+// write runs a write against the cluster ctx names, under a context that
+// also ends when that cluster's route does (it is deleted or restarts),
+// so that no write waits on a cluster that went away for the caller's
+// deadline, which a Reconcile's ctx does not have: a write not sent yet
+// then ends at once; one already sent gets the grace to receive its
+// answer, since the API server may apply it all the same. See writeError
+// for what the caller is told.
+func (c *Client) write(ctx context.Context, call func(context.Context, crclient.Client) error) error {
+	m, err := c.route(ctx)
+	if err != nil {
+		return err
+	}
+	wctx, w := writegrace.Start(ctx, m.Context, c.grace, errRouteEnded, c.graceEnded)
+	err = call(wctx, m.Client)
+	w.Done()
+	if err != nil {
+		return c.writeError(ctx, m, err, w.Sent())
+	}
+	return nil
+}
+
+// writeError says what became of a failed write: the API server's answer
+// as it is, whatever happened to the route meanwhile; ErrClusterNotFound or
+// ErrClusterNotReady only when nothing was sent (the route ended, or the
+// member stopped, before a request left); ErrOutcomeUnknown, wrapping the
+// error, for a write sent that got no answer; any other error (one that
+// kept the request from leaving: a refused connection) as it is.
+func (c *Client) writeError(ctx context.Context, m Member, err error, sent bool) error {
+	routeEnded := m.Context != nil && m.Context.Err() != nil
+	switch {
+	case isAnswer(err):
+		return err
+	case !sent && (routeEnded && ctx.Err() == nil || errors.Is(err, ErrClusterNotReady)):
+		return c.routeEnded(m.Name)
+	case !sent:
+		return err
+	case routeEnded:
+		if _, rerr := c.fleet.Route(m.Name); errors.Is(rerr, ErrClusterNotFound) {
+			return outcomeUnknown(m.Name, "left the fleet while the write was in flight", err)
+		}
+		return outcomeUnknown(m.Name, "restarted while the write was in flight", err)
+	case ctx.Err() != nil:
+		return outcomeUnknown(m.Name, "the caller's context ended while the write was in flight", err)
+	}
+	return outcomeUnknown(m.Name, "the write got no answer", err)
+}
+
+// isAnswer reports whether err is an answer of the API server (a Status:
+// NotFound, Conflict, AlreadyExists, Invalid, ...), which says what became
+// of the call.
+func isAnswer(err error) bool {
+	var status apierrors.APIStatus
+	return errors.As(err, &status)
 }
 
 // routeEnded is the error of a call whose cluster's route ended under it.
@@ -237,14 +325,16 @@ type subResourceClient struct {
 	name string
 }
 
+// do writes through the subresource on the API server itself.
 func (s *subResourceClient) do(ctx context.Context, call func(context.Context, crclient.SubResourceClient) error) error {
-	// Subresources are read and written on the API server itself.
 	return s.c.write(ctx, func(ctx context.Context, cl crclient.Client) error { return call(ctx, cl.SubResource(s.name)) })
 }
 
+// Get reads the subresource from the API server (subresources are never
+// cached).
 func (s *subResourceClient) Get(ctx context.Context, obj, subResource crclient.Object, opts ...crclient.SubResourceGetOption) error {
-	return s.do(ctx, func(ctx context.Context, cl crclient.SubResourceClient) error {
-		return cl.Get(ctx, obj, subResource, opts...)
+	return s.c.readLive(ctx, func(ctx context.Context, cl crclient.Client) error {
+		return cl.SubResource(s.name).Get(ctx, obj, subResource, opts...)
 	})
 }
 

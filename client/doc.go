@@ -49,6 +49,51 @@
 // refused connection) come back unchanged, so apierrors.IsNotFound and
 // friends work as usual.
 //
+// # Clusters that leave during a call
+//
+// Every call aimed at a cluster returns when that cluster leaves the fleet
+// or restarts (an Update, a rotated token), whatever its ctx, and what it
+// returns says what happened:
+//
+//   - An answer of the API server (AlreadyExists, Conflict, Invalid, any
+//     Status error; or success) is returned as it is, also when it arrives
+//     as the cluster goes away.
+//   - ErrClusterNotFound or ErrClusterNotReady means that nothing was
+//     sent: the cluster was gone or stopping before the call's request
+//     left. Retrying is safe.
+//   - ErrOutcomeUnknown means that a write (Create, Update, Patch, Apply,
+//     Delete, DeleteAllOf, or a write of Status() or SubResource(name)) was
+//     sent and no answer came: the API server may have applied it. It
+//     wraps the reason, and the error names the cluster.
+//
+// A write already sent when its cluster leaves or restarts is not cut at
+// once: it gets Options.WriteGrace (DefaultWriteGrace, 10s, for the
+// Server's client), or less if its ctx ends sooner, to receive its answer,
+// and the cluster's Delete or restart waits for it that long at most. Only
+// if no answer comes by then does it return ErrOutcomeUnknown. A write sent
+// whose connection breaks, or whose own ctx ends before its answer, returns
+// ErrOutcomeUnknown too (wrapping the ctx's error, so errors.Is(err,
+// context.DeadlineExceeded) still holds). Reads have no outcome to lose:
+// one cut because its cluster went away returns ErrClusterNotFound or
+// ErrClusterNotReady.
+//
+// To retry a write safely after ErrOutcomeUnknown, read first:
+//
+//   - An object with a fixed name: Get it by name. Found: the Create was
+//     applied (compare what matters, or just carry on); not found: create
+//     again. An Update or Patch may be made again once re-read (a stale
+//     resourceVersion fails with Conflict, never twice).
+//   - An object created with generateName: its name is unknown until the
+//     answer, so mark each object with a label or annotation of your own
+//     that identifies what it is for (the owner's UID, a request ID), and
+//     List by that label before creating again; or switch to a
+//     deterministic name, so that a second Create fails with AlreadyExists
+//     instead of making a second object. Remember the cached client may
+//     not have seen the object yet: read with the cluster's APIReader
+//     (Server.GetManager(name).GetAPIReader()) or requeue and read later.
+//   - Delete and DeleteAllOf may simply be retried: deleting what is gone
+//     is NotFound, or deletes nothing.
+//
 // # Fleet-wide List
 //
 // A List whose ctx names no cluster lists across the fleet: every cluster

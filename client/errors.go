@@ -35,6 +35,15 @@ var (
 	// out: each replica's fan-out client covers its own members.
 	ErrClusterElsewhere = errors.New("cluster run by another replica")
 
+	// ErrOutcomeUnknown is returned for a write that was sent to its
+	// cluster but whose answer never came: the cluster left the fleet or
+	// restarted and the answer did not come within the write's grace
+	// (Options.WriteGrace), the connection broke, or the caller's ctx
+	// ended. The API server may have applied the write. Read before
+	// retrying (see the package documentation); the error names the
+	// cluster and wraps the cause.
+	ErrOutcomeUnknown = errors.New("write sent but its outcome is unknown: it may have been applied; read before retrying")
+
 	// ErrFleetPagination is returned by a fleet-wide List with Limit or
 	// Continue, which it cannot honour; list one cluster at a time to page.
 	ErrFleetPagination = errors.New("fleet-wide List does not support Limit or Continue: list each cluster with known.WithCluster to page")
@@ -48,6 +57,18 @@ func NotFound(name string) error {
 // NotReady returns ErrClusterNotReady for the named cluster.
 func NotReady(name string) error {
 	return fmt.Errorf("cluster %q: %w", name, ErrClusterNotReady)
+}
+
+// outcomeUnknown returns ErrOutcomeUnknown for a write sent to the named
+// cluster, saying why its answer is missing and wrapping the error the
+// write ended with.
+func outcomeUnknown(name, why string, cause error) error {
+	if errors.Is(cause, ErrClusterNotReady) || errors.Is(cause, ErrClusterNotFound) {
+		// Those mean that nothing was sent; this write was (a request of
+		// it left before another was refused, or as the route ended).
+		return fmt.Errorf("cluster %q: %s: %w: %v", name, why, ErrOutcomeUnknown, cause) //nolint:errorlint // not wrapped on purpose, see above
+	}
+	return fmt.Errorf("cluster %q: %s: %w: %w", name, why, ErrOutcomeUnknown, cause)
 }
 
 // Elsewhere returns ErrClusterElsewhere for the named cluster, naming the
