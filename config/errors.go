@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 var (
@@ -56,7 +58,7 @@ func (e *FileError) Error() string {
 	b.WriteString(quoteIfOdd(e.Path))
 	if e.Context != "" {
 		b.WriteString(", context ")
-		b.WriteString(strconv.Quote(e.Context))
+		b.WriteString(quoteContext(e.Context))
 	}
 	b.WriteString(": ")
 	if e.Err != nil {
@@ -76,12 +78,23 @@ func (e *FileError) Error() string {
 func (e *FileError) Unwrap() error { return e.Err }
 
 // quoteIfOdd leaves ordinary paths readable and quotes the ones whose names
-// could forge log lines (newlines, control characters).
+// could forge or hide log lines (newlines, control characters, bidi
+// overrides, bytes that are not UTF-8).
 func quoteIfOdd(s string) string {
-	if strconv.CanBackquote(s) {
-		return s
+	if !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return strconv.Quote(s)
 	}
-	return strconv.Quote(s)
+	return s
+}
+
+// quoteContext quotes a context name: whole when it is a valid cluster
+// name, as QuoteName does (escaped, shortened) when it is not, so that a
+// hostile name cannot flood a message.
+func quoteContext(name string) string {
+	if ValidateName(name) != nil {
+		return QuoteName(name)
+	}
+	return strconv.Quote(name)
 }
 
 var errNotFileOrDir = errors.New("neither a regular file nor a directory")

@@ -112,7 +112,8 @@ func newLoadOptions(opts []LoadOption) LoadOptions {
 //
 // What cannot be used is reported, each problem a *FileError naming the file
 // and context, joined into one error: malformed files, files without
-// contexts, contexts naming a missing cluster or user, exec and
+// contexts, contexts whose name ValidateName refuses (wrapping
+// ErrInvalidName), contexts naming a missing cluster or user, exec and
 // auth-provider users (unless AllowAuthPlugins), and a context defined in
 // two files (ErrDuplicateContext; the file whose path sorts first keeps it).
 // Whatever is usable is returned along with that error, so one bad file does
@@ -309,8 +310,10 @@ func parseKubeconfig(path string, data []byte, o LoadOptions) ([]*NamedConfig, e
 }
 
 func buildContext(raw *clientcmdapi.Config, name, dir string, o LoadOptions) (*NamedConfig, error) {
-	if name == "" {
-		return nil, fmt.Errorf("%w: a context has an empty name", ErrInvalidKubeconfig)
+	// The context's name is the cluster's: the one gate for names applies
+	// here already, so that the context is reported with its file.
+	if err := ValidateName(name); err != nil {
+		return nil, fmt.Errorf("%w: context name: %w", ErrInvalidKubeconfig, err)
 	}
 	kctx := raw.Contexts[name]
 	if kctx == nil || kctx.Cluster == "" {
@@ -357,18 +360,22 @@ func buildContext(raw *clientcmdapi.Config, name, dir string, o LoadOptions) (*N
 
 	cfg, err := clientcmd.NewNonInteractiveClientConfig(*one, name, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrInvalidKubeconfig, withoutSecrets(err, user))
+		return nil, fmt.Errorf("%w: %s", ErrInvalidKubeconfig, withoutSecrets(err, cluster, user))
 	}
 	// A server that is no URL would fail later, in an error quoting it
 	// whole, password included.
 	if _, _, err := rest.DefaultServerUrlFor(&rest.Config{Host: cfg.Host}); err != nil {
 		return nil, fmt.Errorf("%w: server %s is neither a URL nor a host:port pair", ErrInvalidKubeconfig, quoteIfOdd(RedactURL(cfg.Host)))
 	}
-	// Certificates that do not parse would only fail later, when the
-	// cluster's Manager is built, far from the file that holds them. Only
-	// TLS is checked: auth plugins are registered by the program that runs.
+	// Certificates that do not parse, and exec plugins client-go does not
+	// run, would only fail later, when the cluster's Manager is built, far
+	// from the file that holds them. Auth providers are not checked: they
+	// are registered by the program that runs.
 	if _, err := rest.TLSConfigFor(&rest.Config{Host: cfg.Host, TLSClientConfig: cfg.TLSClientConfig}); err != nil {
-		return nil, fmt.Errorf("%w: TLS settings: %s", ErrInvalidKubeconfig, withoutSecrets(err, user))
+		return nil, fmt.Errorf("%w: TLS settings: %s", ErrInvalidKubeconfig, withoutSecrets(err, cluster, user))
+	}
+	if err := CheckExecPlugin(cfg.ExecProvider); err != nil {
+		return nil, fmt.Errorf("%w: user %q: %w", ErrInvalidKubeconfig, kctx.AuthInfo, err)
 	}
 	nc := NewNamedConfig(name, cfg)
 	nc.refs = refs

@@ -52,13 +52,15 @@ type Source struct {
 // String renders the source for messages: "file /x/kubeconfig, context a",
 // "KubeFedCluster ns/name", or "" when nothing is known.
 func (s Source) String() string {
+	// Files are named by whoever writes the directory, and objects by
+	// whoever writes to the host: odd bytes are quoted.
 	switch {
 	case s.File != "" && s.Context != "":
-		return fmt.Sprintf("file %s, context %s", s.File, s.Context)
+		return fmt.Sprintf("file %s, context %s", quoteIfOdd(s.File), quoteIfOdd(s.Context))
 	case s.File != "":
-		return "file " + s.File
+		return "file " + quoteIfOdd(s.File)
 	case s.Object != "":
-		return s.Object
+		return quoteIfOdd(s.Object)
 	}
 	return ""
 }
@@ -69,14 +71,20 @@ func NewNamedConfig(name string, cfg *rest.Config) *NamedConfig {
 }
 
 // String names the cluster and its source. It never includes credentials.
+// A name that ValidateName refuses is quoted (QuoteName): such a config is
+// refused wherever it goes, and is described only to say so.
 func (c *NamedConfig) String() string {
 	if c == nil {
 		return "<nil>"
 	}
-	if src := c.Source.String(); src != "" {
-		return fmt.Sprintf("%s (%s)", c.Name, src)
+	name := c.Name
+	if ValidateName(name) != nil {
+		name = QuoteName(name)
 	}
-	return c.Name
+	if src := c.Source.String(); src != "" {
+		return fmt.Sprintf("%s (%s)", name, src)
+	}
+	return name
 }
 
 // Redacted describes the cluster for messages: its name, source and server,

@@ -115,6 +115,29 @@ func TestNamedConfigStringHasNoCredentials(t *testing.T) {
 	}
 }
 
+// Names, files and objects come from other people: a description quotes
+// what could forge or hide a log line, and leaves the rest as it is.
+func TestDescriptionsQuoteOddBytes(t *testing.T) {
+	for _, tc := range []struct {
+		nc   *NamedConfig
+		want string
+	}{
+		{&NamedConfig{Name: "evil-\xff\xfe", Source: Source{Object: "Secret argocd/x"}}, `"evil-\xff\xfe" (Secret argocd/x)`},
+		{&NamedConfig{Name: "a\u202eb"}, `"a\u202eb"`},
+		{&NamedConfig{Name: "east", Source: Source{File: "/d/a\nb", Context: "east"}}, `east (file "/d/a\nb", context east)`},
+		{&NamedConfig{Name: "east", Source: Source{File: "/d/\u202ekc"}}, `east (file "/d/\u202ekc")`},
+		{&NamedConfig{Name: "my cluster", Source: Source{File: "/d/my kc", Context: "my cluster"}}, `my cluster (file /d/my kc, context my cluster)`},
+	} {
+		if got := tc.nc.String(); got != tc.want {
+			t.Errorf("String() = %s, want %s", got, tc.want)
+		}
+	}
+	fe := &FileError{Path: "/d/\u202ekc", Context: "a\x00b", Err: ErrNoContexts}
+	if got, want := fe.Error(), `kubeconfig "/d/\u202ekc", context "a\x00b": kubeconfig has no contexts`; got != want {
+		t.Errorf("FileError = %s, want %s", got, want)
+	}
+}
+
 func TestPropertiesCountInFingerprintOnly(t *testing.T) {
 	cfg := &rest.Config{Host: "https://127.0.0.1:6443", BearerToken: "tok"}
 	plain := NewNamedConfig("a", cfg)

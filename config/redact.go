@@ -13,8 +13,10 @@ import (
 const redacted = "REDACTED"
 
 var (
-	// userinfo in any URL: scheme://user:password@ or scheme://token@.
-	urlUserinfo = regexp.MustCompile(`(?i)\b([a-z][a-z0-9+.\-]*://)[^/?#\s@"'<>]+@`)
+	// userinfo in any URL: scheme://user:password@ or scheme://token@,
+	// also without the scheme ("://user:password@", which no URL parser
+	// takes, and whose error quotes it).
+	urlUserinfo = regexp.MustCompile(`(?i)((?:\b[a-z][a-z0-9+.\-]*)?://)[^/?#\s@"'<>]+@`)
 	// Authorization header values: "Bearer abc", "Basic abc".
 	authScheme = regexp.MustCompile(`(?i)\b(bearer|basic)(\s+)[A-Za-z0-9\-._~+/=]+`)
 	// key: value and key=value pairs whose value is a credential.
@@ -46,12 +48,18 @@ func Redact(s string) string {
 func RedactURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil || u.Opaque != "" || (u.Scheme == "" && u.Host == "") {
-		// Not a URL (a bare "user:pw@host:port", say): drop anything
-		// before the last "@", then apply the general rules.
-		if i := strings.LastIndex(s, "@"); i >= 0 && !strings.Contains(s, "://") {
-			s = redacted + s[i:]
+		// Not a URL (a bare "user:pw@host:port", a "://user:pw@host"
+		// without a scheme, a password holding a "/"): drop anything
+		// between the scheme, if any, and the last "@", then apply the
+		// general rules.
+		prefix, rest := "", s
+		if i := strings.Index(s, "://"); i >= 0 {
+			prefix, rest = s[:i+3], s[i+3:]
 		}
-		return Redact(s)
+		if i := strings.LastIndex(rest, "@"); i >= 0 {
+			rest = redacted + rest[i:]
+		}
+		return Redact(prefix + rest)
 	}
 	if u.User != nil {
 		u.User = url.User(redacted)
@@ -113,14 +121,41 @@ func decodeMessage(err error, data []byte) string {
 }
 
 // withoutSecrets returns err's message unless it contains one of user's
-// credentials. Messages about a parsed kubeconfig legitimately name files
-// and entries, so only the credentials themselves are looked for.
-func withoutSecrets(err error, user *clientcmdapi.AuthInfo) string {
+// credentials, or those in cluster's server and proxy addresses. Messages
+// about a parsed kubeconfig legitimately name files and entries, so only
+// the credentials themselves are looked for.
+func withoutSecrets(err error, cluster *clientcmdapi.Cluster, user *clientcmdapi.AuthInfo) string {
 	msg := err.Error()
-	if QuotesCredential(msg, user) {
+	if QuotesCredential(msg, user) || QuotesURLCredential(msg, cluster.Server, cluster.ProxyURL) {
 		return withheld
 	}
 	return Redact(msg)
+}
+
+// QuotesURLCredential reports whether msg contains the userinfo of one of
+// urls ("user:password" in "https://user:password@host") or its password,
+// as RedactURL finds them: what lies between the scheme, if any, and the
+// last "@". The addresses need not parse: it is the message about one that
+// does not parse that quotes it whole. Credentials shorter than four
+// characters are not looked for.
+func QuotesURLCredential(msg string, urls ...string) bool {
+	for _, u := range urls {
+		if i := strings.Index(u, "://"); i >= 0 {
+			u = u[i+3:]
+		}
+		i := strings.LastIndex(u, "@")
+		if i < 0 {
+			continue
+		}
+		userinfo := u[:i]
+		_, password, _ := strings.Cut(userinfo, ":")
+		for _, s := range []string{userinfo, password} {
+			if len(s) >= 4 && strings.Contains(msg, s) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // QuotesCredential reports whether msg contains one of user's credentials:
