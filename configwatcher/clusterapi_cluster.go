@@ -1,6 +1,7 @@
 package configwatcher
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -92,10 +93,16 @@ type clusterAPICondition struct {
 	Status metav1.ConditionStatus `json:"status"`
 }
 
+// ErrClusterAPIClusterInvalid means a Cluster's status does not read as
+// Cluster API's (a field the watcher reads holds a value of another type):
+// the host's schema should prevent it, and the watcher does not rely on
+// it.
+var ErrClusterAPIClusterInvalid = errors.New("invalid Cluster API Cluster")
+
 func readClusterAPICluster(u *unstructured.Unstructured) (*clusterAPICluster, error) {
 	var cl clusterAPICluster
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), &cl); err != nil {
-		return nil, fmt.Errorf("status does not read as Cluster API's: %w", err)
+		return nil, fmt.Errorf("%w: status does not read as Cluster API's: %w", ErrClusterAPIClusterInvalid, err)
 	}
 	return &cl, nil
 }

@@ -158,7 +158,7 @@ func restConfig(p *AccessProvider, pa *profileAccess) (*rest.Config, error) {
 	}
 	u, err := url.Parse(server)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-		return fail("server %s is not an http(s) URL", config.RedactURL(server))
+		return fail("server %s is not an http(s) URL", quoteURL(server))
 	}
 	switch {
 	case c.CertificateAuthority != "":
@@ -188,7 +188,7 @@ func restConfig(p *AccessProvider, pa *profileAccess) (*rest.Config, error) {
 	if c.ProxyURL != "" {
 		pu, err := url.Parse(c.ProxyURL)
 		if err != nil || pu.Scheme == "" || pu.Host == "" {
-			return fail("proxy-url %s is not an absolute URL", config.RedactURL(c.ProxyURL))
+			return fail("proxy-url %s is not an absolute URL", quoteURL(c.ProxyURL))
 		}
 		cfg.Proxy = http.ProxyURL(pu)
 	}

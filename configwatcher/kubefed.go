@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	kubefedv1beta1 "github.com/mccr-dev/mccr/apis/kubefed/v1beta1"
+	"github.com/mccr-dev/mccr/config"
 )
 
 const (
@@ -114,6 +115,7 @@ func NewKubeFedWatcher(hostCfg *rest.Config, opts ...KubeFedOption) (*KubeFedWat
 	w := &KubeFedWatcher{opts: o, problems: map[string]*kubeFedProblem{}}
 	if err := w.init(hostCfg, hostCacheSpec{
 		what:       "KubeFed",
+		quoteHost:  config.RedactURL,
 		log:        o.Logger.WithValues("namespace", o.Namespace),
 		schemes:    []func(*runtime.Scheme) error{corev1.AddToScheme, kubefedv1beta1.AddToScheme},
 		namespaces: map[string]cache.Config{o.Namespace: {}},

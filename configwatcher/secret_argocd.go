@@ -79,7 +79,7 @@ func argoCDConfig(data map[string][]byte, allowPlugins bool) (string, *rest.Conf
 	}
 	u, err := url.Parse(server)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-		return fail("%q is not an http(s) URL: %s", argoCDServerKey, config.RedactURL(server))
+		return fail("%q %s is not an http(s) URL", argoCDServerKey, quoteURL(server))
 	}
 	if len(strings.TrimSpace(string(data[argoCDConfigKey]))) == 0 {
 		return fail("no %q key, or an empty one", argoCDConfigKey)
@@ -107,7 +107,7 @@ func argoCDConfig(data map[string][]byte, allowPlugins bool) (string, *rest.Conf
 	if ac.ProxyURL != "" {
 		pu, err := url.Parse(ac.ProxyURL)
 		if err != nil || pu.Scheme == "" || pu.Host == "" {
-			return fail("proxyUrl %s is not an absolute URL", config.RedactURL(ac.ProxyURL))
+			return fail("proxyUrl %s is not an absolute URL", quoteURL(ac.ProxyURL))
 		}
 		cfg.Proxy = http.ProxyURL(pu)
 	}

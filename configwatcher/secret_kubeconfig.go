@@ -3,6 +3,7 @@ package configwatcher
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -83,7 +84,7 @@ func secretKubeconfig(data map[string][]byte, key string, allowPlugins bool) (*r
 	one.Contexts[name] = kctx
 	cfg, err := clientcmd.NewNonInteractiveClientConfig(*one, name, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
 	if err != nil {
-		return nil, invalid("%s", withoutCredentials(err, user))
+		return nil, invalid("%s", withoutCredentials(err, cluster, user))
 	}
 	if err := checkRESTConfig(cfg); err != nil {
 		return nil, fmt.Errorf("%w: %w: key %q: %w", ErrSecretInvalid, config.ErrInvalidKubeconfig, key, err)
@@ -115,27 +116,35 @@ func secretFileReferences(kctx *clientcmdapi.Context, cluster *clientcmdapi.Clus
 
 // checkRESTConfig finds out now what would otherwise fail only when the
 // cluster's Manager is built, far from the Secret: a server that is no URL
-// (and would later be quoted whole, password included) and certificates
-// that do not load. Only TLS is checked: auth plugins are registered by the
-// program that runs.
+// (and would later be quoted whole, password included), certificates that
+// do not load, and an exec plugin client-go does not run
+// (config.CheckExecPlugin). Auth providers are not checked: they are
+// registered by the program that runs.
 func checkRESTConfig(cfg *rest.Config) error {
 	if _, _, err := rest.DefaultServerUrlFor(&rest.Config{Host: cfg.Host}); err != nil {
-		return fmt.Errorf("server %s is neither a URL nor a host:port pair", config.RedactURL(cfg.Host))
+		return fmt.Errorf("server %s is neither a URL nor a host:port pair", quoteURL(cfg.Host))
 	}
 	if _, err := rest.TLSConfigFor(&rest.Config{Host: cfg.Host, TLSClientConfig: cfg.TLSClientConfig}); err != nil {
 		return fmt.Errorf("TLS settings: %s", config.Redact(err.Error()))
 	}
-	return nil
+	return config.CheckExecPlugin(cfg.ExecProvider)
+}
+
+// quoteURL renders an address read from an object for a message: its
+// credentials redacted (config.RedactURL), and quoted, since the object
+// may hold any bytes.
+func quoteURL(s string) string {
+	return strconv.Quote(config.RedactURL(s))
 }
 
 // withheldMessage replaces an error message that quoted a credential.
 const withheldMessage = "details withheld: the message quoted a credential"
 
 // withoutCredentials returns err's message, redacted, unless it quotes one
-// of user's credentials.
-func withoutCredentials(err error, user *clientcmdapi.AuthInfo) string {
+// of user's credentials or those in cluster's server and proxy addresses.
+func withoutCredentials(err error, cluster *clientcmdapi.Cluster, user *clientcmdapi.AuthInfo) string {
 	msg := err.Error()
-	if config.QuotesCredential(msg, user) {
+	if config.QuotesCredential(msg, user) || config.QuotesURLCredential(msg, cluster.Server, cluster.ProxyURL) {
 		return withheldMessage
 	}
 	return config.Redact(msg)

@@ -1,0 +1,133 @@
+package configwatcher
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/internal/fuzzcheck"
+)
+
+// secretWatcherFor is a SecretWatcher that is never started: what its
+// claim needs.
+func secretWatcherFor(t *testing.T, allowPlugins bool, opts ...SecretOption) *SecretWatcher {
+	t.Helper()
+	if allowPlugins {
+		opts = append(opts, AllowAuthPlugins())
+	}
+	o, err := newSecretOptions(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &SecretWatcher{opts: o, claimed: newClaimsState(), claims: map[string]string{}}
+}
+
+// claimSecret reads s as the watcher's cache would hand it over
+// (transformed), checks the reading and publishes it.
+func claimSecret(t *testing.T, w *SecretWatcher, s *corev1.Secret, l *leakCheck) {
+	t.Helper()
+	if _, err := w.transform(s); err != nil {
+		t.Fatal(err)
+	}
+	ref := s.Namespace + "/" + s.Name
+	c := w.claim(s)
+	if c.ref != ref || c.id != ref {
+		t.Fatalf("claim of %s: ref %q, id %q", ref, c.ref, c.id)
+	}
+	o := objectClaim{
+		source: "Secret " + ref, name: c.name, cfg: c.cfg, err: c.err,
+		sentinels: []error{ErrSecretInvalid, config.ErrAuthPluginRefused, config.ErrFileReferenceRefused},
+		plugins:   w.opts.AllowAuthPlugins,
+	}
+	o.check(t, l)
+	h := fuzzHost(nil)
+	publishClaims(t, &h, c)
+	published(t, h.pub, l, o)
+}
+
+// FuzzSecretKubeconfig fuzzes multicluster-runtime's kubeconfig Secrets:
+// the Secret's name (the cluster's) and the kubeconfig under its
+// "kubeconfig" key, with and without AllowAuthPlugins. See fuzz_test.go
+// for what is checked; a Secret's kubeconfig may name no file at all.
+func FuzzSecretKubeconfig(f *testing.F) {
+	f.Add("east", []byte(tokenKubeconfig("east", "https://127.0.0.1:6443", fuzzcheck.Token)), false)
+	f.Add("east", []byte(tokenKubeconfig("evil-\xff\xfe", "https://admin:"+fuzzcheck.Password+"@127.0.0.1:6443", fuzzcheck.Token)), false)
+	f.Add("east", []byte("clusters: ["+fuzzcheck.Token), true)
+	f.Fuzz(func(t *testing.T, name string, kubeconfig []byte, allowPlugins bool) {
+		w := secretWatcherFor(t, allowPlugins)
+		s := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: objectName(name, "cluster"), Labels: map[string]string{w.opts.Label: w.opts.LabelValue}},
+			Data:       map[string][]byte{w.opts.Key: kubeconfig, "other": []byte(fuzzcheck.Token)},
+		}
+		l := newLeakCheck(s.Namespace + "/" + s.Name)
+		l.kubeconfig(kubeconfig)
+		claimSecret(t, w, s, l)
+	})
+}
+
+// FuzzArgoCDSecret fuzzes Argo CD's cluster Secrets: the data keys name,
+// server and config (the JSON with bearerToken, username and password,
+// tlsClientConfig, execProviderConfig, awsAuthConfig, proxyUrl), with the
+// keys Argo CD adds beside them (namespaces, clusterResources, project),
+// with and without AllowAuthPlugins. See fuzz_test.go for what is checked.
+func FuzzArgoCDSecret(f *testing.F) {
+	f.Add([]byte("east"), []byte("https://127.0.0.1:6443"), []byte(`{"bearerToken":"`+fuzzcheck.Token+`","tlsClientConfig":{"insecure":true}}`), []byte("a,b"), false)
+	f.Add([]byte("evil-\xff\xfe"), []byte("https://127.0.0.1:6443"), []byte(`{"bearerToken":"`+fuzzcheck.Token+`"}`), []byte(""), false)
+	f.Add([]byte("east"), []byte("https://admin:"+fuzzcheck.Password+"@h"), []byte(`{"username":"admin","password":"`+fuzzcheck.Password+`"}`), []byte(""), false)
+	f.Add([]byte("east"), []byte("https://h"), []byte(`{"execProviderConfig":{"command":"x","apiVersion":"client.authentication.k8s.io/v1","env":{"K":"`+fuzzcheck.EnvValue+`"}}}`), []byte(""), true)
+	f.Add([]byte("east"), []byte("https://h"), []byte(`{"awsAuthConfig":{"clusterName":"c","roleARN":"arn:aws:iam::1:role/r"}}`), []byte(""), true)
+	f.Fuzz(func(t *testing.T, name, server, cfg, namespaces []byte, allowPlugins bool) {
+		w := secretWatcherFor(t, allowPlugins, ArgoCDFormat())
+		s := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: "cluster-x", Labels: map[string]string{w.opts.Label: w.opts.LabelValue}},
+			Data: map[string][]byte{
+				argoCDNameKey: name, argoCDServerKey: server, argoCDConfigKey: cfg,
+				"namespaces": namespaces, "clusterResources": []byte("true"), "project": []byte(fuzzcheck.Token),
+			},
+		}
+		l := newLeakCheck(s.Namespace+"/"+s.Name, string(name), strings.TrimSpace(string(name)))
+		l.url(strings.TrimSpace(string(server)))
+		l.argoCD(cfg)
+		claimSecret(t, w, s, l)
+	})
+}
+
+// argoCD adds what an Argo CD cluster config holds, as far as it decodes.
+func (l *leakCheck) argoCD(data []byte) {
+	var ac argoCDClusterConfig
+	_ = json.Unmarshal(data, &ac)
+	l.secrets = append(l.secrets, ac.BearerToken, ac.Password, string(ac.TLSClientConfig.KeyData))
+	l.public = append(l.public, ac.Username, ac.TLSClientConfig.ServerName)
+	l.url(ac.ProxyURL)
+	if e := ac.ExecProviderConfig; e != nil {
+		l.public = append(l.public, e.Command, e.APIVersion, e.InstallHint)
+		l.public = append(l.public, e.Args...)
+		for k, v := range e.Env {
+			l.public = append(l.public, k)
+			l.secrets = append(l.secrets, v)
+		}
+	}
+	if a := ac.AWSAuthConfig; a != nil {
+		l.public = append(l.public, a.ClusterName, a.RoleARN, a.Profile)
+	}
+}
+
+// tokenKubeconfig is a kubeconfig of one context, named name, reaching
+// server with token.
+func tokenKubeconfig(name, server, token string) string {
+	q := func(s string) string {
+		b, err := json.Marshal(s)
+		if err != nil {
+			panic(err) // a string always marshals
+		}
+		return string(b)
+	}
+	return `{"apiVersion":"v1","kind":"Config","current-context":` + q(name) + `,
+"clusters":[{"name":` + q(name) + `,"cluster":{"server":` + q(server) + `}}],
+"users":[{"name":` + q(name) + `,"user":{"token":` + q(token) + `}}],
+"contexts":[{"name":` + q(name) + `,"context":{"cluster":` + q(name) + `,"user":` + q(name) + `}}]}`
+}
