@@ -68,9 +68,13 @@
 //
 // A write already sent when its cluster leaves or restarts is not cut at
 // once: it gets Options.WriteGrace (DefaultWriteGrace, 10s, for the
-// Server's client), or less if its ctx ends sooner, to receive its answer,
-// and the cluster's Delete or restart waits for it that long at most. Only
-// if no answer comes by then does it return ErrOutcomeUnknown. A write sent
+// Server's client), or less if its ctx ends sooner, to receive its answer.
+// The member's Manager lets its writes in flight finish for as long (never
+// longer than the members' GracefulShutdownTimeout) before its connections
+// close, so the cluster's Delete or restart waits for them that long at
+// most. Only if no answer comes by then does the write return
+// ErrOutcomeUnknown. A write not sent yet when the cluster goes away ends
+// at once. A write sent
 // whose connection breaks, or whose own ctx ends before its answer, returns
 // ErrOutcomeUnknown too (wrapping the ctx's error, so errors.Is(err,
 // context.DeadlineExceeded) still holds). Reads have no outcome to lose:
@@ -81,8 +85,12 @@
 //
 //   - An object with a fixed name: Get it by name. Found: the Create was
 //     applied (compare what matters, or just carry on); not found: create
-//     again. An Update or Patch may be made again once re-read (a stale
-//     resourceVersion fails with Conflict, never twice).
+//     again. Or simply create again: AlreadyExists then says the first one
+//     was applied. An Update carrying the resourceVersion it read cannot
+//     apply twice (made again, it fails with Conflict): re-read and
+//     decide. A Patch that sets values may be made again; one that is not
+//     idempotent (a JSON patch that appends to a list) needs a re-read
+//     first.
 //   - An object created with generateName: its name is unknown until the
 //     answer, so mark each object with a label or annotation of your own
 //     that identifies what it is for (the owner's UID, a request ID), and
