@@ -128,6 +128,32 @@ test: $(ASSETS_DEP) lint usercheck ## Build API-server binaries if missing, lint
 test-short: $(ASSETS_DEP) ## Quick run: skips the slow fault/scale parts.
 	$(GO) test -race -short -p $(TEST_P) ./...
 
+# Native fuzz targets, as package:FuzzName, each fed with outside data
+# through the entry point that takes it. `make test` runs their seed corpora
+# (f.Add and <package>/testdata/fuzz/<FuzzName>/) as ordinary tests.
+FUZZ_TARGETS ?= \
+	config:FuzzValidateName \
+	config:FuzzLoadKubeconfig \
+	config:FuzzLoadFile \
+	config:FuzzLoadDirectory \
+	configwatcher:FuzzSecretKubeconfig \
+	configwatcher:FuzzArgoCDSecret \
+	configwatcher:FuzzClusterProfile \
+	configwatcher:FuzzAccessProviders \
+	configwatcher:FuzzKubeFedCluster \
+	configwatcher:FuzzClusterAPICluster \
+	server/internal/namefuzz:FuzzAddName
+FUZZTIME ?= 30s
+# FUZZ_FLAGS adds go test flags, e.g. -parallel 2 on a shared machine.
+FUZZ_FLAGS ?=
+
+.PHONY: fuzz
+fuzz: ## Fuzz each of FUZZ_TARGETS for FUZZTIME (default 30s), one after another; a crasher is written to <package>/testdata/fuzz/<FuzzName>/.
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzzing $${t#*:} in ./$${t%%:*}/ for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) $(FUZZ_FLAGS) ./$${t%%:*}/ || exit 1; \
+	done
+
 BENCH_COUNT ?= 5
 BENCH_PKGS ?= ./test/ ./client/ ./server/ ./test/e2e/
 # The 1,000-cluster fleet runs take a minute or two each: BENCH_LARGE_COUNT
