@@ -344,6 +344,11 @@ func TestLoadFileErrorsDoNotQuoteTheFile(t *testing.T) {
 		"users: " + secret + "\n",
 		"users:\n- name: u\n  user: {token: " + secret + "}\n- name: u\n  user: {token: " + secret + "}\n",
 		secret,
+		// A value that starts with a YAML indicator: the decoder quotes
+		// the alias it takes it for, whatever its length.
+		"users:\n- name: u\n  user: {token: *" + secret + "}\n",
+		"users:\n- name: u\n  user: {token: *VerySecretTokenValue}\n",
+		"users:\n- name: u\n  user: {token: *VerySecretTokenValue0123456789, password: *VerySecretTokenValue}\n",
 	} {
 		path := filepath.Join(t.TempDir(), "kc")
 		writeFile(t, path, []byte(content))

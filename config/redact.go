@@ -99,11 +99,19 @@ func (e *redactedError) Unwrap() error { return e.err }
 // withheld replaces an error message that would have disclosed a secret.
 const withheld = "details withheld: the message quoted the kubeconfig"
 
+// decodeQuoted matches what the YAML decoder's message quotes of its input
+// beyond a character or two: "unknown anchor 's3cr3t' referenced" for a
+// token written "*s3cr3t", "cannot decode !!binary `s3cr3t`". (Names in
+// double quotes, as clientcmd's own messages quote them, stay.)
+var decodeQuoted = regexp.MustCompile("'[^']{3,}'|`[^`]{3,}`")
+
 // decodeMessage returns the message of a decoding error without the parts
 // that may quote the kubeconfig. Decoders echo input they choke on, and
 // clientcmd's conversion prints a whole list (users and their credentials
 // included) when a name appears twice in it; in a kubeconfig, input may be a
-// credential.
+// credential. So lists are cut, quoted input is elided, and a message that
+// still holds a word of the input (with YAML's quotes and indicators
+// trimmed) is withheld.
 func decodeMessage(err error, data []byte) string {
 	msg := err.Error()
 	for _, dump := range []string{": [", ": {", ": map[", ": &"} {
@@ -111,8 +119,9 @@ func decodeMessage(err error, data []byte) string {
 			msg = msg[:i]
 		}
 	}
+	msg = decodeQuoted.ReplaceAllStringFunc(msg, func(q string) string { return q[:1] + "…" + q[len(q)-1:] })
 	for f := range bytes.FieldsSeq(data) {
-		f = bytes.Trim(f, "\"',:{}[]")
+		f = bytes.Trim(f, "\"',:{}[]*&!|>%@`")
 		if len(f) >= 12 && strings.Contains(msg, string(f)) {
 			return withheld
 		}
