@@ -281,7 +281,7 @@ func TestWriteAnsweredAfterItsRouteEndedReturnsTheAnswer(t *testing.T) {
 // did apply it.
 func TestWriteUnansweredAfterItsRouteEndedIsOutcomeUnknown(t *testing.T) {
 	leakCheck(t)
-	const grace = 300 * time.Millisecond
+	const grace, slack = 300 * time.Millisecond, 5 * time.Second
 	var worst time.Duration
 	for _, re := range routeEnds {
 		for _, w := range fakeAPIWrites {
@@ -292,7 +292,7 @@ func TestWriteUnansweredAfterItsRouteEndedIsOutcomeUnknown(t *testing.T) {
 				done := heldCall(t, f, func() error { return w.call(in("m"), f.c, name) })
 				re.end(f, t)
 				ended := time.Now()
-				err := waitResult(t, done, grace+5*time.Second, "the write's return after its grace")
+				err := waitResult(t, done, grace+2*slack, "the write's return after its grace")
 				took := time.Since(ended)
 				worst = max(worst, took)
 				switch {
@@ -303,8 +303,10 @@ func TestWriteUnansweredAfterItsRouteEndedIsOutcomeUnknown(t *testing.T) {
 				case !strings.Contains(err.Error(), `cluster "m"`):
 					t.Errorf("%s: %q does not name the cluster", w.name, err)
 				}
-				if took < grace || took > grace+2*time.Second {
-					t.Errorf("%s returned %s after its route ended, want within [%s, %s]", w.name, took, grace, grace+2*time.Second)
+				// The slack is for a loaded machine; nothing else would end
+				// the write (the API server never answers).
+				if took < grace || took > grace+slack {
+					t.Errorf("%s returned %s after its route ended, want within [%s, %s]", w.name, took, grace, grace+slack)
 				}
 				if !w.applied(t, f, name) {
 					t.Errorf("the API server does not hold %s's effect: the test proves nothing", w.name)
@@ -390,7 +392,7 @@ func TestWriteNotSentWhenItsRouteEndsSendsNothing(t *testing.T) {
 			if !errors.Is(err, re.notSent) || errors.Is(err, mcclient.ErrOutcomeUnknown) {
 				t.Errorf("unsent write when the cluster was %s = %v, want %v", re.name, err, re.notSent)
 			}
-			if took := time.Since(ended); took > time.Second {
+			if took := time.Since(ended); took > 3*time.Second { // at once, on a loaded machine; the grace is 10s
 				t.Errorf("unsent write returned %s after its route ended", took)
 			}
 			if f.api.RequestCount() != before || getCM(t, f, "never-sent") != nil {
@@ -496,5 +498,22 @@ func TestReadKeepsTheAPIAnswerAsTheRouteEnds(t *testing.T) {
 	fail = &net.OpError{Op: "read", Err: errors.New("connection reset")}
 	if err := c.Get(in("m"), key, &corev1.ConfigMap{}); !errors.Is(err, mcclient.ErrClusterNotFound) {
 		t.Errorf("Get failing as the cluster left = %v, want ErrClusterNotFound", err)
+	}
+}
+
+// TestNoWriteGrace: with a negative WriteGrace a sent write is cut as its
+// route ends, and says its outcome is unknown.
+func TestNoWriteGrace(t *testing.T) {
+	leakCheck(t)
+	f := newOutcomeFixture(t, -1)
+	done := heldCall(t, f, func() error { return f.c.Create(in("m"), cmIn("no-grace")) })
+	f.table.Remove("m")
+	ended := time.Now()
+	err := waitResult(t, done, 5*time.Second, "the write's return")
+	if !isUnknownOnly(err) {
+		t.Errorf("write without grace = %v, want ErrOutcomeUnknown", err)
+	}
+	if took := time.Since(ended); took > 3*time.Second { // at once, on a loaded machine
+		t.Errorf("write without grace returned %s after its route ended", took)
 	}
 }
