@@ -25,7 +25,9 @@ type Member struct {
 	Client crclient.Client
 	// Context ends when Client stops being the cluster's route: the cluster
 	// was deleted, restarted, or is no longer Ready. A fleet-wide List stops
-	// waiting for the cluster then. Nil when Client is nil.
+	// waiting for the cluster then, and so does a write not sent yet; a
+	// write already sent gets Options.WriteGrace more for its answer. Nil
+	// when Client is nil.
 	Context context.Context
 	// Err, when set, is why a fleet-wide List cannot read the cluster now;
 	// it wraps ErrClusterNotReady or ErrClusterUnreachable.

@@ -206,3 +206,15 @@ func TestDoneBeforeEnd(t *testing.T) {
 	}
 	w.Done()
 }
+
+// BenchmarkStart is what a write pays for its grace: the trace and the
+// context that ends with its route, set up and released.
+func BenchmarkStart(b *testing.B) {
+	end, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, w := writegrace.Start(context.Background(), end, time.Second, errNotSent, errLate)
+		w.Done()
+	}
+}
