@@ -60,7 +60,12 @@
 // ErrStopTimeout after Options.StopTimeout). Calls through the fan-out
 // client that wait on a cluster (a cache that has not synced, an API server
 // that does not answer) return ErrClusterNotFound or ErrClusterNotReady as
-// soon as the cluster is deleted or restarted, whatever the caller's ctx.
+// soon as the cluster is deleted or restarted, whatever the caller's ctx,
+// when nothing was sent. A write already sent gets the write grace (10 s,
+// never more than the members' GracefulShutdownTimeout) for its answer and
+// returns it, or ErrOutcomeUnknown: it may have been applied, so read
+// before retrying. Update and Delete wait for such a write that long at
+// most.
 //
 // A member's credentials count as rejected on a 401, or a 403 on discovery
 // (which every authenticated user may read); the member is then Failed and
