@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -188,7 +189,7 @@ func (l *logLines) logger(t *testing.T) logr.Logger {
 		if !done.Load() {
 			t.Log(line)
 		}
-	}, funcr.Options{})
+	}, funcr.Options{Verbosity: 1})
 }
 
 // count returns how many lines contain s.
@@ -280,10 +281,27 @@ func TestShardingSplitsTheFleet(t *testing.T) {
 			case !mine && (st.Phase != server.PhaseElsewhere || st.Owner != owners[n][0]):
 				t.Errorf("%s: %s is %s owned by %q, want Elsewhere owned by %s", id, n, st.Phase, st.Owner, owners[n][0])
 			}
+			if mine {
+				continue
+			}
+			// Another replica's cluster: a read fails at once with
+			// ErrClusterElsewhere naming the cluster and its owner, and a
+			// write is not sent.
+			ctx := known.WithCluster(t.Context(), n)
 			var cm corev1.ConfigMap
-			err = r.srv.GetClient().Get(known.WithCluster(t.Context(), n), mcclientKey(ns, "none"), &cm)
-			if !mine && !errors.Is(err, mcclient.ErrClusterElsewhere) {
-				t.Errorf("%s: Get in %s run by %s: %v, want ErrClusterElsewhere", id, n, owners[n][0], err)
+			err = r.srv.GetClient().Get(ctx, mcclientKey(ns, "none"), &cm)
+			if !errors.Is(err, mcclient.ErrClusterElsewhere) || !strings.Contains(err.Error(), strconv.Quote(owners[n][0])) || !strings.Contains(err.Error(), strconv.Quote(n)) {
+				t.Errorf("%s: Get in %s run by %s: %v, want ErrClusterElsewhere naming both", id, n, owners[n][0], err)
+			}
+			write := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "elsewhere-" + id}}
+			if err := r.srv.GetClient().Create(ctx, write); !errors.Is(err, mcclient.ErrClusterElsewhere) {
+				t.Errorf("%s: Create in %s run by %s: %v, want ErrClusterElsewhere", id, n, owners[n][0], err)
+			}
+		}
+		for _, m := range members {
+			err := adminClient(t, m).Get(t.Context(), mcclientKey(ns, "elsewhere-"+id), &corev1.ConfigMap{})
+			if !apierrors.IsNotFound(err) {
+				t.Errorf("%s: a write aimed at another replica's cluster reached %s: %v", id, m, err)
 			}
 		}
 		var list corev1.ConfigMapList
@@ -516,26 +534,23 @@ func later(a, b time.Time) time.Time {
 func TestShardingHostOutage(t *testing.T) {
 	type tc struct {
 		outage time.Duration
-		hung   bool
+		mode   string // refused: the API server is killed; hung: frozen proxies; lost: proxies lose every answer
 	}
-	cases := []tc{{12 * time.Second, false}, {40 * time.Second, false}, {12 * time.Second, true}, {40 * time.Second, true}}
+	cases := []tc{{12 * time.Second, "refused"}, {40 * time.Second, "refused"}, {12 * time.Second, "hung"}, {40 * time.Second, "hung"}, {12 * time.Second, "lost"}}
 	if soak() {
-		cases = append(cases, tc{5 * time.Minute, false}, tc{5 * time.Minute, true})
+		cases = append(cases, tc{5 * time.Minute, "refused"}, tc{5 * time.Minute, "hung"}, tc{time.Minute, "lost"})
 	}
 	for _, c := range cases {
-		mode := "refused"
-		if c.hung {
-			mode = "hung"
-		}
-		t.Run(fmt.Sprintf("%s %s", mode, c.outage), func(t *testing.T) { shardHostOutage(t, c.outage, c.hung) })
+		t.Run(fmt.Sprintf("%s %s", c.mode, c.outage), func(t *testing.T) { shardHostOutage(t, c.outage, c.mode) })
 	}
 }
 
-func shardHostOutage(t *testing.T, outage time.Duration, hung bool) {
+func shardHostOutage(t *testing.T, outage time.Duration, mode string) {
+	proxied := mode != "refused"
 	const lease, renew, retry = 8 * time.Second, 4 * time.Second, 2 * time.Second
 	h := newShardHarness(t, 4)
 	spec := func(id string) replicaSpec {
-		return replicaSpec{id: id, lease: lease, renew: renew, retry: retry, proxy: hung}
+		return replicaSpec{id: id, lease: lease, renew: renew, retry: retry, proxy: proxied}
 	}
 	a, b := h.launch(spec("a")), h.launch(spec("b"))
 	test.Eventually(t, 60*time.Second, "both replicas run clusters", func() bool {
@@ -544,17 +559,25 @@ func shardHostOutage(t *testing.T, outage time.Duration, hung bool) {
 	})
 	from := time.Now()
 	host := fleet.Cluster("host")
-	if hung {
-		for _, r := range []replica{a, b} {
-			if err := r.proxy.Freeze(); err != nil {
-				t.Fatal(err)
-			}
+	for _, r := range []replica{a, b} {
+		var err error
+		switch mode {
+		case "hung":
+			err = r.proxy.Freeze()
+		case "lost":
+			err = r.proxy.LoseAnswers()
 		}
-	} else if err := host.StopAPIServer(); err != nil {
-		t.Fatal(err)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !proxied {
+		if err := host.StopAPIServer(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	time.Sleep(outage) // the fault's length, not an assertion
-	if hung {
+	if proxied {
 		for _, r := range []replica{a, b} {
 			if err := r.proxy.Pass(); err != nil {
 				t.Fatal(err)
@@ -562,7 +585,7 @@ func shardHostOutage(t *testing.T, outage time.Duration, hung bool) {
 		}
 	}
 	back := time.Now()
-	if !hung {
+	if !proxied {
 		// The host answers some time before StartAPIServer returns: time
 		// from its first answer.
 		answered := firstAnswer(t, host.Config)
@@ -583,7 +606,7 @@ func shardHostOutage(t *testing.T, outage time.Duration, hung bool) {
 		lines[r.id] = r.lines.count("cannot renew") + r.lines.count("renewing this replica's Lease again")
 	}
 	t.Logf("figure: sharding host outage, %s for %s: every cluster running again %s after the host answered (longest dark after it %s, RenewDeadline %s); overlap %s; renewal lines %v; conflict lines a %d, b %d",
-		map[bool]string{false: "refused", true: "hung"}[hung], outage, running.Round(time.Millisecond), dark.Round(time.Millisecond), renew,
+		mode, outage, running.Round(time.Millisecond), dark.Round(time.Millisecond), renew,
 		overlap(rep), lines, a.lines.count("has been modified"), b.lines.count("has been modified"))
 	if err := rep.Check(time.Hour); err != nil {
 		t.Error(err)
@@ -606,8 +629,8 @@ func shardHostOutage(t *testing.T, outage time.Duration, hung bool) {
 	}
 }
 
-// firstAnswer polls the API server cfg reaches until it answers, and sends
-// the time it first did.
+// firstAnswer polls the API server cfg reaches with what the replicas ask
+// (Leases) until it answers, and sends the time it first did.
 func firstAnswer(t *testing.T, cfg *rest.Config) <-chan time.Time {
 	out := make(chan time.Time, 1)
 	cs, err := kubernetes.NewForConfig(cfg)
@@ -617,7 +640,7 @@ func firstAnswer(t *testing.T, cfg *rest.Config) <-chan time.Time {
 	go func() {
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+			_, err := cs.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{Limit: 1})
 			cancel()
 			if err == nil {
 				out <- time.Now()

@@ -41,6 +41,8 @@ type claim struct {
 	running  bool            // told to run here (Members.Own)
 	stopping <-chan struct{} // told to stop here; closes once it has
 	watched  <-chan struct{} // the stopping channel a goroutine waits on to poke the loop
+	since    time.Time       // when it was told to stop, while stopping
+	slow     bool            // a stop that takes long was reported
 	lastRV   string          // the version of this replica's last standing write
 	pending  bool            // a write of a claim whose outcome is unknown
 	epoch    int64           // the Coordinator's epoch when it was last written
@@ -85,11 +87,18 @@ func (c *Coordinator) settle(ctx context.Context, name string, snap map[string]e
 	if cl.stopping != nil {
 		select {
 		case <-cl.stopping:
-			cl.stopping = nil
+			if cl.slow {
+				c.log.Info("sharding: cluster stopped here at last; its Lease can move", "cluster", name, "after", now.Sub(cl.since).Round(time.Millisecond).String())
+			}
+			cl.stopping, cl.slow = nil, false
 		default:
 			if cl.watched != cl.stopping {
-				cl.watched = cl.stopping
+				cl.watched, cl.since = cl.stopping, now
 				go func(ch <-chan struct{}) { <-ch; c.poke() }(cl.stopping)
+			}
+			if !cl.slow && now.Sub(cl.since) >= c.o.LeaseDuration {
+				cl.slow = true
+				c.log.Info("sharding: cluster still stopping here; its Lease stays with this replica until it has stopped", "cluster", name, "for", now.Sub(cl.since).Round(time.Millisecond).String())
 			}
 			return
 		}

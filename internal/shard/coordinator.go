@@ -88,7 +88,8 @@ func New(leases coordclient.LeaseInterface, members Members, o Options) *Coordin
 		told:   map[string]string{},
 	}
 	c.cache = newCache(o.Clock, o.Group, o.RenewDeadline, c.poke)
-	c.watch = newWatcher(leases, o.Group, c.cache, o.Clock, o.RetryPeriod, o.requestTimeout(), log)
+	// A list of many Leases on a loaded server takes longer than a renewal.
+	c.watch = newWatcher(leases, o.Group, c.cache, o.Clock, o.RetryPeriod, max(o.LeaseDuration, 10*time.Second), log)
 	c.hb = newHeartbeat(&c.o, leases, c.cache, log)
 	c.writes = newFailures(log, o.Clock, "sharding: cannot write a cluster's Lease", "sharding: writing cluster Leases again")
 	// The series exist from the start, at zero.

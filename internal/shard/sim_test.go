@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -28,6 +29,10 @@ type sim struct {
 	stopDelay time.Duration
 	reps      []*simReplica
 	rec       *ledger
+	// quiet drops the replicas' log lines; shuffle, if set, orders their
+	// steps at random.
+	quiet   bool
+	shuffle *rand.Rand
 }
 
 type simReplica struct {
@@ -65,7 +70,7 @@ func (s *sim) add(id string, tm timing, o Options) *simReplica {
 	o.Identity, o.Namespace = id, s.store.ns
 	o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = tm.lease, tm.renew, tm.retry
 	o.Clock = s.clock
-	lines := &lineCounter{}
+	lines := &lineCounter{quiet: s.quiet}
 	o.Logger = lines.logger(s.t, id)
 	if o.Writer == "" {
 		o.Writer = fmt.Sprintf("%s-%d", id, len(s.reps))
@@ -85,7 +90,12 @@ func (s *sim) add(id string, tm timing, o Options) *simReplica {
 // step runs one period: every live replica's watchdog and loop, then the
 // members' stops that are due.
 func (s *sim) step() {
-	for _, r := range s.reps {
+	reps := s.reps
+	if s.shuffle != nil {
+		reps = slices.Clone(reps)
+		s.shuffle.Shuffle(len(reps), func(i, j int) { reps[i], reps[j] = reps[j], reps[i] })
+	}
+	for _, r := range reps {
 		if r.down {
 			continue
 		}
@@ -313,6 +323,7 @@ func (l *ledger) noDoubles(t *testing.T) {
 type lineCounter struct {
 	mu    sync.Mutex
 	lines []string
+	quiet bool // keep the lines, log none
 }
 
 func (c *lineCounter) logger(t *testing.T, id string) logr.Logger {
@@ -320,7 +331,9 @@ func (c *lineCounter) logger(t *testing.T, id string) logr.Logger {
 		c.mu.Lock()
 		c.lines = append(c.lines, args)
 		c.mu.Unlock()
-		t.Log(id + " " + args)
+		if !c.quiet {
+			t.Log(id + " " + args)
+		}
 	}, funcr.Options{Verbosity: 1})
 }
 

@@ -85,6 +85,17 @@ func (w *watcher) once(ctx context.Context) bool {
 	w.cache.relist(list.Items)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// A restart ends the watch even while it is being set up on a
+	// connection that hangs.
+	restarted := make(chan struct{})
+	go func() {
+		select {
+		case <-w.restarts:
+			close(restarted)
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
 	wi, err := w.leases.Watch(wctx, metav1.ListOptions{
 		LabelSelector:       w.selector,
 		ResourceVersion:     list.ResourceVersion,
@@ -95,6 +106,11 @@ func (w *watcher) once(ctx context.Context) bool {
 		TimeoutSeconds: ptr.To(int64(240 + rand.N(120))), //nolint:gosec // jitter, not a secret
 	})
 	if err != nil {
+		select {
+		case <-restarted:
+			return true
+		default:
+		}
 		if ctx.Err() == nil {
 			w.fails.failed(err)
 		}
@@ -106,7 +122,7 @@ func (w *watcher) once(ctx context.Context) bool {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-w.restarts:
+		case <-restarted:
 			return true
 		case ev, ok := <-wi.ResultChan():
 			if !ok {

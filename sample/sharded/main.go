@@ -106,6 +106,9 @@ func main() {
 	})
 
 	cmd.AddPingChecks(srv)
+	// Not ready while another process runs with this replica's identity (a
+	// copied Deployment): that replica runs no cluster until it is alone.
+	cmd.ExitOnError(srv.AddReadyzCheck("sharding", srv.ShardingReadyCheck()), "unable to set up ready check")
 
 	cmd.SetupLog.Info("starting server", "replica", sh.Identity, "clusters", len(configs))
 	cmd.ExitOnError(srv.Start(ctrl.SetupSignalHandler()), "problem running server")
