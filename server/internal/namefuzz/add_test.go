@@ -40,6 +40,7 @@ func FuzzAddName(f *testing.F) {
 		f.Add(name)
 	}
 
+	ctrl.SetLogger(logr.Discard()) // the Managers' own logger, when they stop
 	host, member := fakeapi.New(), fakeapi.New()
 	host.Start()
 	member.Start()
