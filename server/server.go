@@ -73,6 +73,7 @@ type Server struct {
 	feed     fleetFeed
 	setups   setupList
 	clusters registry
+	shard    *coordinator // with sharding
 	// claims decides which watcher feeds each name; its lock comes before
 	// any cluster's (see cluster.go).
 	claims nameClaims
@@ -129,8 +130,9 @@ func NewServer(cfg *rest.Config, opts ctrl.Options, options ...Option) (*Server,
 	s.env = env{conns: &s.conns, routes: &s.routes, feed: &s.feed, setups: &s.setups, memberOpts: memberOptions(opts), opts: o, log: s.log, sharded: o.Sharding != nil}
 	s.client = mcclient.New(&s.routes, mcclient.Options{Scheme: host.GetScheme(), RESTMapper: host.GetRESTMapper()})
 	if o.Sharding != nil {
-		co, err := newCoordinator(host.GetConfig(), *o.Sharding, &s.clusters, s.log)
+		co, err := newCoordinator(host, *o.Sharding, &s.clusters, s.log)
 		if err == nil {
+			s.shard = co
 			err = host.Add(coordinatorRunnable{s: s, co: co})
 		}
 		if err != nil {
