@@ -8,6 +8,7 @@ import (
 
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/configwatcher"
+	"github.com/mccr-dev/mccr/internal/safe"
 )
 
 // ErrClusterNameTaken is the error of a watcher's event for a cluster name
@@ -102,7 +103,13 @@ func (n *nameClaims) remove(s *Server, name string) (<-chan struct{}, error) {
 		return stopped, err
 	}
 	delete(n.owner, name)
-	return stopped, n.handOver(s, name)
+	// The cluster is deleted whatever becomes of the waiting config: a
+	// failure to take over is that watcher's, reported with its errors,
+	// and Delete still waits for the Manager it stopped.
+	if err := n.handOver(s, name); err != nil {
+		s.watchError(err)
+	}
+	return stopped, nil
 }
 
 func (n *nameClaims) own(name string, c claim) {
@@ -112,18 +119,34 @@ func (n *nameClaims) own(name string, c claim) {
 	n.owner[name] = c
 }
 
-// handOver gives a name its owner let go of to the oldest waiting claim,
-// if any.
+// handOver gives a name its owner let go of to the oldest waiting claim
+// whose config the Server takes, if any. A waiting config comes from
+// outside and was never applied: one that fails, or panics, is dropped
+// (reported in the error) and the next in line is tried, so that a name
+// is never owned by a claim that runs nothing — that would keep the name
+// from Server.Add with no cluster behind it. It may run in a call by hand
+// (Delete), which no panic from a watcher's config may reach.
 func (n *nameClaims) handOver(s *Server, name string) error {
-	q := n.waiting[name]
-	if len(q) == 0 {
-		return nil
+	var errs []error
+	for len(n.waiting[name]) > 0 {
+		next := n.waiting[name][0]
+		n.unwait(name, next.from)
+		what := fmt.Sprintf("cluster %s from %s: taking over", config.QuoteName(name), next.source())
+		err := safe.Call(s.log, what, func() error {
+			if err := s.put(next.cfg); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			return nil
+		})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n.own(name, next)
+		s.log.Info("cluster's source deleted it; the next watcher that sent it takes over", "cluster", name, "from", next.source())
+		break
 	}
-	next := q[0]
-	n.unwait(name, next.from)
-	n.own(name, next)
-	s.log.Info("cluster's source deleted it; the next watcher that sent it takes over", "cluster", name, "from", next.source())
-	return s.put(next.cfg)
+	return errors.Join(errs...)
 }
 
 // apply applies one event of watcher from.
@@ -153,10 +176,12 @@ func (n *nameClaims) apply(s *Server, from int, ev configwatcher.Event) error {
 			return nil
 		}
 		delete(n.owner, name)
-		if len(n.waiting[name]) > 0 {
-			return n.handOver(s, name)
+		err := n.handOver(s, name)
+		if _, taken := n.owner[name]; !taken {
+			// Nobody took it over: the cluster its owner deleted goes.
+			err = errors.Join(err, s.drop(name))
 		}
-		return s.drop(name)
+		return err
 	}
 	return errors.New("watcher sent an event of unknown type " + ev.Type.String())
 }
