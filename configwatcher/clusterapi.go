@@ -197,7 +197,7 @@ func (w *ClusterAPIWatcher) sync() (time.Time, bool) {
 		}
 	}
 	return time.Time{}, w.claimed.publish(&w.hostCache, claims, func(c, owner *claim) error {
-		return fmt.Errorf("configwatcher: Cluster %s: cluster name %q: %w (Cluster %s keeps it)", c.ref, c.name, ErrClusterAPIDuplicateName, owner.ref)
+		return fmt.Errorf("configwatcher: Cluster %s: cluster name %s: %w (Cluster %s keeps it)", c.ref, config.QuoteName(c.name), ErrClusterAPIDuplicateName, owner.ref)
 	})
 }
 

@@ -194,7 +194,7 @@ func (w *ClusterProfileWatcher) sync() (time.Time, bool) {
 		}
 	}
 	if !w.claimed.publish(&w.hostCache, claims, func(c, owner *claim) error {
-		return fmt.Errorf("configwatcher: ClusterProfile %s: cluster %q: %w (ClusterProfile %s keeps it)", c.ref, c.name, ErrClusterProfileDuplicateCluster, owner.ref)
+		return fmt.Errorf("configwatcher: ClusterProfile %s: cluster %s: %w (ClusterProfile %s keeps it)", c.ref, config.QuoteName(c.name), ErrClusterProfileDuplicateCluster, owner.ref)
 	}) {
 		return time.Time{}, false
 	}

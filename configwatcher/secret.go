@@ -162,7 +162,7 @@ func (w *SecretWatcher) sync() (time.Time, bool) {
 		claims = append(claims, c)
 	}
 	if !w.claimed.publish(&w.hostCache, claims, func(c, owner *claim) error {
-		return fmt.Errorf("configwatcher: Secret %s: cluster %q: %w (Secret %s keeps it)", c.ref, c.name, ErrSecretDuplicateCluster, owner.ref)
+		return fmt.Errorf("configwatcher: Secret %s: cluster %s: %w (Secret %s keeps it)", c.ref, config.QuoteName(c.name), ErrSecretDuplicateCluster, owner.ref)
 	}) {
 		return time.Time{}, false
 	}

@@ -71,7 +71,7 @@ func argoCDConfig(data map[string][]byte, allowPlugins bool) (string, *rest.Conf
 		return "", nil, fmt.Errorf("%w: no %q key, or an empty one", ErrSecretInvalid, argoCDNameKey)
 	}
 	fail := func(format string, args ...any) (string, *rest.Config, error) {
-		return name, nil, fmt.Errorf("%w: cluster %q: %s", ErrSecretInvalid, name, fmt.Sprintf(format, args...))
+		return name, nil, fmt.Errorf("%w: cluster %s: %s", ErrSecretInvalid, config.QuoteName(name), fmt.Sprintf(format, args...))
 	}
 	server := strings.TrimSpace(string(data[argoCDServerKey]))
 	if server == "" {
@@ -116,7 +116,7 @@ func argoCDConfig(data map[string][]byte, allowPlugins bool) (string, *rest.Conf
 		return fail("both execProviderConfig and awsAuthConfig are set")
 	case ac.ExecProviderConfig != nil:
 		if !allowPlugins {
-			return name, nil, fmt.Errorf("cluster %q: %w: its config has an execProviderConfig", name, config.ErrAuthPluginRefused)
+			return name, nil, fmt.Errorf("cluster %s: %w: its config has an execProviderConfig", config.QuoteName(name), config.ErrAuthPluginRefused)
 		}
 		if ac.ExecProviderConfig.Command == "" {
 			return fail("execProviderConfig has no command")
@@ -124,7 +124,7 @@ func argoCDConfig(data map[string][]byte, allowPlugins bool) (string, *rest.Conf
 		cfg.ExecProvider = argoCDExec(ac.ExecProviderConfig)
 	case ac.AWSAuthConfig != nil:
 		if !allowPlugins {
-			return name, nil, fmt.Errorf("cluster %q: %w: its config has an awsAuthConfig", name, config.ErrAuthPluginRefused)
+			return name, nil, fmt.Errorf("cluster %s: %w: its config has an awsAuthConfig", config.QuoteName(name), config.ErrAuthPluginRefused)
 		}
 		if ac.AWSAuthConfig.ClusterName == "" {
 			return fail("awsAuthConfig has no clusterName")
