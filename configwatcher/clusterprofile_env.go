@@ -168,8 +168,9 @@ type profileEnvMerge struct {
 //
 // Of the others, AppendIfNotExists adds those that neither base nor the
 // controller's environment holds. Replace adds them all, each replacing
-// base's variable of its name, except those that only the controller's
-// environment holds, which the profile overrides only if the operator
+// base's variable of its name (under base's spelling of it), except those
+// that only the controller's environment holds, which the profile
+// overrides (under the environment's spelling) only if the operator
 // allowed the name: the controller's environment is the operator's
 // deployment, which the providers file does not show, so opening the
 // provider's env to profiles does not open it.
@@ -199,10 +200,12 @@ func (m *profileEnvMerge) merge(base []clientcmdapi.ExecEnvVar, env map[string]s
 			ClusterProfileEnvExtension, strings.Join(refused, ", "))
 	}
 
-	inherited := map[string]bool{}
+	// inherited maps the controller's variables, upper-cased, to their
+	// names as spelled.
+	inherited := map[string]string{}
 	for _, kv := range m.environ() {
 		if name, _, _ := strings.Cut(kv, "="); name != "" {
-			inherited[strings.ToUpper(name)] = true
+			inherited[strings.ToUpper(name)] = name
 		}
 	}
 	merged := make(map[string]clientcmdapi.ExecEnvVar, len(base)+len(env))
@@ -210,14 +213,20 @@ func (m *profileEnvMerge) merge(base []clientcmdapi.ExecEnvVar, env map[string]s
 		merged[strings.ToUpper(v.Name)] = v
 	}
 	for up, name := range seen {
-		var add bool
-		if _, inBase := merged[up]; inBase {
-			add = m.policy == AccessPolicyReplace
-		} else {
-			add = !inherited[up] || m.policy == AccessPolicyReplace && m.allowed[up]
+		// A variable the profile replaces keeps the name it replaces,
+		// as spelled there: where names are told apart by case (Linux,
+		// macOS), the profile's spelling would be another variable, and
+		// dropping the provider's would let the controller's own value
+		// of that name through — one the operator overrode, and the
+		// profile may not set.
+		add, spelled := true, name
+		if v, inBase := merged[up]; inBase {
+			add, spelled = m.policy == AccessPolicyReplace, v.Name
+		} else if own, ok := inherited[up]; ok {
+			add, spelled = m.policy == AccessPolicyReplace && m.allowed[up], own
 		}
 		if add {
-			merged[up] = clientcmdapi.ExecEnvVar{Name: name, Value: env[name]}
+			merged[up] = clientcmdapi.ExecEnvVar{Name: spelled, Value: env[name]}
 		}
 	}
 	out := make([]clientcmdapi.ExecEnvVar, 0, len(merged))
