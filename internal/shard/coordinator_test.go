@@ -57,7 +57,7 @@ func TestSimSplitsJoinsAndLeaves(t *testing.T) {
 
 // TestSimHostOutage: the host API server is down (refused or hung) for a
 // while, and when it answers again the first renewal of each replica is
-// applied but its answer lost. Every cluster must run again on exactly one
+// applied but its answer lost, and the replicas' watches lag for 30 s. Every cluster must run again on exactly one
 // replica within RenewDeadline + 2 s of the host answering, and never on
 // two at any time.
 func TestSimHostOutage(t *testing.T) {
@@ -87,9 +87,14 @@ func TestSimHostOutage(t *testing.T) {
 					return pass
 				})
 			}
+			// And their watches lag for 30 s more, as an informer that backs
+			// off does.
+			a.stale, b.stale = true, true
 			s.rec.resetDark()
 			took := s.until(tm.renew+2*time.Second, "every cluster on exactly one replica after the host answers", s.settled)
-			s.run(30 * time.Second)
+			s.run(30*time.Second - took)
+			a.stale, b.stale = false, false
+			s.run(10 * time.Second)
 			t.Logf("figure: sim host outage %s: all clusters running again %s after the host answered; longest dark run after it %s; conflicts logged: a %d, b %d",
 				tc.outage, took, s.rec.maxDark, a.lines.count("modified"), b.lines.count("modified"))
 			s.rec.noDoubles(t)
