@@ -321,8 +321,22 @@ func TestHostileNamesThroughServer(t *testing.T) {
 		}
 	}
 
+	// A name the gate lets through with what the metrics text format must
+	// escape in a label value.
+	odd := `we"ird\name}{,=` + "é🚀"
+	if err := srv.Add(config.NewNamedConfig(odd, test.TokenConfig(e.member.Config, e.token))); err != nil {
+		t.Fatal(err)
+	}
+	test.Eventually(t, 90*time.Second, "the odd name Ready", func() bool {
+		st, err := srv.Status(odd)
+		return err == nil && st.Phase == mccrserver.PhaseReady
+	})
+
 	// The metrics endpoint, scraped as Prometheus does.
 	body := scrapeMetrics(t, metricsAddr)
+	if !bytes.Contains(body, []byte(`mccr_cluster_ready{cluster="we\"ird\\name}{,=`+"é🚀"+`"} 1`)) {
+		t.Error("/metrics has no mccr_cluster_ready 1 for the odd name, escaped")
+	}
 	if !utf8.Valid(body) {
 		t.Error("/metrics answered with bytes that are not UTF-8")
 	}
