@@ -39,7 +39,7 @@ func TestValidateNameRefuses(t *testing.T) {
 		"a\x00b",
 		"a\x1b[31mred",
 		"a\tb",
-		"tail\u202e",     // bidi override
+		"tail\u202e",      // bidi override
 		"zero\u200bwidth", // zero-width space
 		"line\u2028sep",
 		"nbsp\u00a0x",
@@ -66,9 +66,9 @@ func TestValidateNameRefuses(t *testing.T) {
 
 func TestQuoteName(t *testing.T) {
 	for in, want := range map[string]string{
-		"east":                   `"east"`,
-		"evil-\xff":              `"evil-\xff"`,
-		"a\u202eb":               `"a\u202eb"`,
+		"east":                  `"east"`,
+		"evil-\xff":             `"evil-\xff"`,
+		"a\u202eb":              `"a\u202eb"`,
 		strings.Repeat("x", 70): `"` + strings.Repeat("x", 64) + `"…`,
 	} {
 		if got := QuoteName(in); got != want {

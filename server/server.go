@@ -256,8 +256,7 @@ func (s *Server) remove(name string) (<-chan struct{}, error) {
 }
 
 func validate(nc *config.NamedConfig) error {
-	switch {
-	case nc == nil:
+	if nc == nil {
 		return fmt.Errorf("%w: nil", ErrInvalidConfig)
 	}
 	if err := config.ValidateName(nc.Name); err != nil {
