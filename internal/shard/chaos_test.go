@@ -20,8 +20,8 @@ func TestSimChaos(t *testing.T) {
 		seeds = 2000
 	}
 	if s := os.Getenv("MCCR_CHAOS_SEED"); s != "" {
-		n, _ := strconv.Atoi(s)
-		chaos(t, uint64(n), true)
+		n, _ := strconv.ParseUint(s, 10, 64)
+		chaos(t, n, true)
 		return
 	}
 	for seed := range uint64(seeds) {
@@ -38,7 +38,7 @@ func chaos(t *testing.T, seed uint64, verbose bool) bool {
 		s := newSim(t, 2+rng.IntN(7))
 		s.quiet = !verbose
 		n := 2 + rng.IntN(2)
-		var reps []*simReplica
+		reps := make([]*simReplica, 0, n)
 		for i := range n {
 			r := s.add(fmt.Sprintf("r%d", i), defaultTiming, Options{})
 			r.down = true // started below

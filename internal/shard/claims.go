@@ -84,24 +84,8 @@ func (c *Coordinator) settle(ctx context.Context, name string, snap map[string]e
 	if !cl.running {
 		c.tell(name, cl, c.statusOwner(e, exists, owner, now))
 	}
-	if cl.stopping != nil {
-		select {
-		case <-cl.stopping:
-			if cl.slow {
-				c.log.Info("sharding: cluster stopped here at last; its Lease can move", "cluster", name, "after", now.Sub(cl.since).Round(time.Millisecond).String())
-			}
-			cl.stopping, cl.slow = nil, false
-		default:
-			if cl.watched != cl.stopping {
-				cl.watched, cl.since = cl.stopping, now
-				go func(ch <-chan struct{}) { <-ch; c.poke() }(cl.stopping)
-			}
-			if !cl.slow && now.Sub(cl.since) >= c.o.LeaseDuration {
-				cl.slow = true
-				c.log.Info("sharding: cluster still stopping here; its Lease stays with this replica until it has stopped", "cluster", name, "for", now.Sub(cl.since).Round(time.Millisecond).String())
-			}
-			return
-		}
+	if !c.stopped(name, cl, now) {
+		return
 	}
 	if cl.running {
 		c.verify(ctx, name, cl, e, exists, now)
@@ -125,6 +109,32 @@ func (c *Coordinator) settle(ctx context.Context, name string, snap map[string]e
 		// Not this replica's to run, but its Lease still names it.
 		c.release(ctx, name, cl, e, desired)
 	}
+}
+
+// stopped reports whether nothing of the cluster is left stopping here; a
+// goroutine pokes the loop once it has.
+func (c *Coordinator) stopped(name string, cl *claim, now time.Time) bool {
+	if cl.stopping == nil {
+		return true
+	}
+	select {
+	case <-cl.stopping:
+		if cl.slow {
+			c.log.Info("sharding: cluster stopped here at last; its Lease can move", "cluster", name, "after", now.Sub(cl.since).Round(time.Millisecond).String())
+		}
+		cl.stopping, cl.slow = nil, false
+		return true
+	default:
+	}
+	if cl.watched != cl.stopping {
+		cl.watched, cl.since = cl.stopping, now
+		go func(ch <-chan struct{}) { <-ch; c.poke() }(cl.stopping)
+	}
+	if !cl.slow && now.Sub(cl.since) >= c.o.LeaseDuration {
+		cl.slow = true
+		c.log.Info("sharding: cluster still stopping here; its Lease stays with this replica until it has stopped", "cluster", name, "for", now.Sub(cl.since).Round(time.Millisecond).String())
+	}
+	return false
 }
 
 // tell lets Members know who runs a cluster this replica does not run, once

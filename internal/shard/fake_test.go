@@ -52,7 +52,7 @@ func (s *store) emitLocked(t watch.EventType, l *coordinationv1.Lease) {
 
 // put writes l as is (a restore, a GitOps apply, a hand edit): it takes
 // the store's next version, whatever version it says.
-func (s *store) put(l *coordinationv1.Lease) *coordinationv1.Lease {
+func (s *store) put(l *coordinationv1.Lease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l = l.DeepCopy()
@@ -67,7 +67,6 @@ func (s *store) put(l *coordinationv1.Lease) *coordinationv1.Lease {
 	l.ResourceVersion = s.nextLocked()
 	s.items[l.Name] = l
 	s.emitLocked(t, l)
-	return l.DeepCopy()
 }
 
 func (s *store) get(name string) *coordinationv1.Lease {
@@ -154,6 +153,7 @@ func (f *fakeLeases) call(verb, name string, apply func() error) error {
 			return err
 		}
 		return fmt.Errorf("%s %s: http2: client connection lost", verb, name)
+	case pass:
 	}
 	return apply()
 }
