@@ -15,7 +15,7 @@ import (
 // run on two replicas, and once the faults end every cluster must run on
 // exactly one, the one the assignment gives it. MCCR_SOAK runs more seeds.
 func TestSimChaos(t *testing.T) {
-	seeds := 40
+	seeds := 16
 	if os.Getenv("MCCR_SOAK") != "" {
 		seeds = 2000
 	}
