@@ -51,7 +51,7 @@ var profileEnvDeniedGroups = []struct {
 	why: "read by the dynamic loader or the C library (libraries loaded, files read, name resolution)",
 	names: []string{"GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LIBPATH", "LOCALDOMAIN",
 		"LOCPATH", "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TMPDIR", "TZDIR"},
-	prefixes: []string{"LD_", "DYLD_", "MALLOC_"},
+	prefixes: []string{"LD_", "DYLD_", "MALLOC_", "MUSL_", "GNUTLS_"},
 }, {
 	// bash expands BASH_ENV, PS4 and PROMPT_COMMAND, command
 	// substitutions included; BASH_FUNC_name%% defines functions (and is
@@ -86,10 +86,14 @@ var profileEnvDeniedGroups = []struct {
 }, {
 	// KUBERNETES_SERVICE_HOST would send an in-cluster client's
 	// ServiceAccount token, the controller's, elsewhere.
-	why:   "credentials, identity or endpoints of a cloud SDK or a Kubernetes client",
-	names: []string{"IDENTITY_ENDPOINT", "IDENTITY_HEADER", "IMDS_ENDPOINT"},
-	prefixes: []string{"AWS_", "AZURE_", "AAD_", "MSI_", "GOOGLE_", "CLOUDSDK_", "GCE_", "ALIBABA_CLOUD_", "OCI_",
-		"IBMCLOUD_", "VAULT_", "KRB5", "DOCKER_", "KUBE"},
+	why: "credentials, identity or endpoints of a cloud SDK or a Kubernetes client",
+	// OS_ is OpenStack's (client-keystone-auth: OS_AUTH_URL would send
+	// an inherited OS_PASSWORD elsewhere); DIGITALOCEAN_ doctl's,
+	// TELEPORT_ tsh's, ADAL_ the old Azure library's, HTTPLIB2_CA_CERTS
+	// gcloud's CA bundle.
+	names: []string{"IDENTITY_ENDPOINT", "IDENTITY_HEADER", "IMDS_ENDPOINT", "HTTPLIB2_CA_CERTS"},
+	prefixes: []string{"AWS_", "AZURE_", "AAD_", "ADAL_", "MSI_", "GOOGLE_", "CLOUDSDK_", "GCE_", "ALIBABA_CLOUD_", "OCI_",
+		"IBMCLOUD_", "OS_", "DIGITALOCEAN_", "TELEPORT_", "VAULT_", "KRB5", "DOCKER_", "KUBE"},
 }}
 
 // profileEnvDeniedNames and profileEnvDeniedPrefixes index

@@ -46,7 +46,7 @@ func TestProfileEnvAttackNames(t *testing.T) {
 	const value = "$(touch /tmp/pwned)"
 	denied := []string{
 		"LD_AUDIT", "LD_PRELOAD", "GCONV_PATH", "NODE_OPTIONS", "PYTHONWARNINGS", "PERL5OPT", "RUBYOPT",
-		"JAVA_TOOL_OPTIONS", "GIT_SSH_COMMAND", "HTTPS_PROXY", "http_proxy", "Https_Proxy", "SSL_CERT_FILE",
+		"JAVA_TOOL_OPTIONS", "GIT_SSH_COMMAND", "OS_AUTH_URL", "os_password", "DIGITALOCEAN_ACCESS_TOKEN", "TELEPORT_AUTH", "HTTPLIB2_CA_CERTS", "ADAL_PYTHON_SSL_NO_VERIFY", "MUSL_LOCPATH", "GNUTLS_SYSTEM_PRIORITY_FILE", "HTTPS_PROXY", "http_proxy", "Https_Proxy", "SSL_CERT_FILE",
 		"KUBECONFIG", "HOME", "LD_PRELOAD.", "BASH_ENV", "GLIBC_TUNABLES", "KUBERNETES_SERVICE_HOST",
 	}
 	for _, policy := range []AccessPolicy{AccessPolicyAppendIfNotExists, AccessPolicyReplace} {

@@ -48,19 +48,19 @@ func secretKubeconfig(data map[string][]byte, key string, allowPlugins bool) (*r
 	}
 	kctx := kc.Contexts[name]
 	if kctx == nil {
-		return nil, invalid("current-context %q not found", name)
+		return nil, invalid("current-context %s not found", config.QuoteName(name))
 	}
 	cluster := kc.Clusters[kctx.Cluster]
 	if cluster == nil {
-		return nil, invalid("context %q: cluster %q not found", name, kctx.Cluster)
+		return nil, invalid("context %s: cluster %s not found", config.QuoteName(name), config.QuoteName(kctx.Cluster))
 	}
 	if cluster.Server == "" {
-		return nil, invalid("cluster %q has no server", kctx.Cluster)
+		return nil, invalid("cluster %s has no server", config.QuoteName(kctx.Cluster))
 	}
 	var user *clientcmdapi.AuthInfo
 	if kctx.AuthInfo != "" {
 		if user = kc.AuthInfos[kctx.AuthInfo]; user == nil {
-			return nil, invalid("context %q: user %q not found", name, kctx.AuthInfo)
+			return nil, invalid("context %s: user %s not found", config.QuoteName(name), config.QuoteName(kctx.AuthInfo))
 		}
 	}
 	if err := secretFileReferences(kctx, cluster, user); err != nil {
@@ -69,9 +69,9 @@ func secretKubeconfig(data map[string][]byte, key string, allowPlugins bool) (*r
 	if user != nil && !allowPlugins {
 		switch {
 		case user.Exec != nil:
-			return nil, fmt.Errorf("key %q: %w: user %q has an exec plugin", key, config.ErrAuthPluginRefused, kctx.AuthInfo)
+			return nil, fmt.Errorf("key %q: %w: user %s has an exec plugin", key, config.ErrAuthPluginRefused, config.QuoteName(kctx.AuthInfo))
 		case user.AuthProvider != nil:
-			return nil, fmt.Errorf("key %q: %w: user %q has an auth-provider", key, config.ErrAuthPluginRefused, kctx.AuthInfo)
+			return nil, fmt.Errorf("key %q: %w: user %s has an auth-provider", key, config.ErrAuthPluginRefused, config.QuoteName(kctx.AuthInfo))
 		}
 	}
 	// Only the context in use goes to clientcmd, so that what it reads is
