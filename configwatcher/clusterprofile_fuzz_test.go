@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
 
 	"github.com/mccr-dev/mccr/internal/fuzzcheck"
 )
@@ -145,7 +146,7 @@ func FuzzAccessProviders(f *testing.F) {
 		ps, err := LoadAccessProviders(path)
 		l := newLeakCheck(path)
 		var loose accessProvidersFile
-		_ = json.Unmarshal(data, &loose)
+		_ = yaml.Unmarshal(data, &loose) // as LoadAccessProviders reads it, less strictly
 		for _, p := range loose.Providers {
 			l.public = append(l.public, p.Name)
 			if p.ExecConfig != nil {
