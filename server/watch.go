@@ -63,8 +63,8 @@ func (s *Server) applyEvents(from int, w configwatcher.ConfigWatcher) {
 			s.watchError(err)
 		}
 	}
-	// A watcher that stopped sends nothing more: its claims waiting on
-	// names other watchers feed can never be withdrawn, so they go.
+	// A watcher that stopped sends nothing more: its claims go (its
+	// clusters stay as they are).
 	s.claims.withdraw(from)
 }
 

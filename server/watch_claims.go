@@ -207,11 +207,20 @@ func (n *nameClaims) unwait(name string, from int) {
 	n.waiting[name] = q
 }
 
-// withdraw forgets the waiting claims of watcher from (it stopped).
+// withdraw forgets the claims of watcher from: it stopped, and sends
+// nothing more. Its waiting claims go. The names it owned keep their
+// clusters, running as they are, but no longer belong to it, so that
+// Server.Add, Update and Delete, or another watcher's next event, can take
+// them: a stopped watcher could never let go of them itself.
 func (n *nameClaims) withdraw(from int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for name := range n.waiting {
 		n.unwait(name, from)
+	}
+	for name, own := range n.owner {
+		if own.from == from {
+			delete(n.owner, name)
+		}
 	}
 }

@@ -175,3 +175,29 @@ func TestHandAddedNameIsKept(t *testing.T) {
 	})
 	waitPhase(t, srv, "payments", server.PhaseReady)
 }
+
+// TestStoppedWatcherLetsGoOfItsNames: a watcher whose channels close (it
+// stopped by itself) keeps its clusters running, but its names are no
+// longer its own: Delete and Add by hand, or another watcher, may take them.
+func TestStoppedWatcherLetsGoOfItsNames(t *testing.T) {
+	srv, _ := fakeServer(t, nil, configMapController("cms"))
+	m := fakeMember(t)
+	w := newChanWatcher()
+	srv.Watch(w)
+	nc := config.NewNamedConfig("orphan", m.Config())
+	nc.Source = config.Source{Object: "Secret ns/orphan"}
+	w.events <- configwatcher.Event{Type: configwatcher.Added, Config: nc}
+	waitPhase(t, srv, "orphan", server.PhaseReady)
+	if err := srv.Delete("orphan"); !errors.Is(err, server.ErrClusterNameTaken) {
+		t.Fatalf("Delete of a running watcher's name = %v, want ErrClusterNameTaken", err)
+	}
+	w.Stop()
+	test.Eventually(t, 10*time.Second, "the stopped watcher's name can be deleted by hand", func() bool {
+		err := srv.Delete("orphan")
+		return err == nil
+	})
+	if err := srv.Add(config.NewNamedConfig("orphan", m.Config())); err != nil {
+		t.Fatalf("Add after the watcher stopped: %v", err)
+	}
+	waitPhase(t, srv, "orphan", server.PhaseReady)
+}
