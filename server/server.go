@@ -335,10 +335,17 @@ type coordinatorRunnable struct {
 
 func (coordinatorRunnable) NeedLeaderElection() bool { return false }
 
+// Start returns once ctx ends: the handover that follows (members
+// stopping, then their Leases released) may outlast the host Manager's
+// graceful shutdown timeout, and Server.Start waits for it through runs.
 func (r coordinatorRunnable) Start(ctx context.Context) error {
 	r.s.runs.Add(1)
-	defer r.s.runs.Done()
-	return r.co.Start(ctx)
+	go func() {
+		defer r.s.runs.Done()
+		_ = r.co.Start(ctx) // never fails
+	}()
+	<-ctx.Done()
+	return nil
 }
 
 // fleetRunnable runs the members inside the host Manager, only while it
