@@ -91,12 +91,9 @@ func (c *Coordinator) settle(ctx context.Context, name string, snap map[string]e
 		c.verify(ctx, name, cl, e, exists, now)
 		return
 	}
-	if c.budget <= 0 {
-		return
-	}
 	c.renewIfDue(ctx)
-	if !c.hb.healthy(c.o.Clock.Now()) {
-		return // no writes: its claims end with its Lease
+	if !c.mayCall() {
+		return // no writes while not renewed: its claims end with its Lease
 	}
 	switch {
 	case want:
@@ -217,7 +214,7 @@ func (c *Coordinator) verify(ctx context.Context, name string, cl *claim, e entr
 		return
 	}
 	// Someone else's write, or the Lease is gone; the view may lag, so read.
-	if now.Sub(cl.checked) < c.o.RetryPeriod || c.budget <= 0 {
+	if now.Sub(cl.checked) < c.o.RetryPeriod || !c.mayCall() {
 		return
 	}
 	cl.checked = now

@@ -277,6 +277,14 @@ func (c *Coordinator) renewIfDue(ctx context.Context) {
 	}
 }
 
+// mayCall reports whether the step may make another request about
+// cluster or other replicas' Leases: within its budget, and while this
+// replica's own Lease is renewed (on a connection that hangs, every call
+// would cost a request timeout).
+func (c *Coordinator) mayCall() bool {
+	return c.budget > 0 && c.hb.healthy(c.o.Clock.Now())
+}
+
 // restartQuietWatch starts the watch over when it has delivered nothing
 // for the renew deadline while this replica renews (each renewal is an
 // event): a connection that hangs without breaking.
@@ -363,7 +371,7 @@ func (c *Coordinator) confirmAlive(ctx context.Context, id string) bool {
 // precondition spares a Lease renewed meanwhile.
 func (c *Coordinator) forgetReplicas(ctx context.Context, snap map[string]entry, now time.Time) {
 	for name, e := range snap {
-		if c.budget <= 0 {
+		if !c.mayCall() {
 			return
 		}
 		if e.role() != RoleReplica || e.gone || e.rec.holder == c.o.Identity || !e.expired(now, c.o.LeaseDuration) {
@@ -379,7 +387,7 @@ func (c *Coordinator) forgetReplicas(ctx context.Context, snap map[string]entry,
 // live replica holds.
 func (c *Coordinator) collect(ctx context.Context, snap map[string]entry, desired map[string]bool, now time.Time) {
 	for name, e := range snap {
-		if c.budget <= 0 {
+		if !c.mayCall() {
 			return
 		}
 		if e.role() != RoleCluster || e.gone || desired[e.rec.cluster] || e.rec.holder == c.o.Identity || c.claims[e.rec.cluster] != nil {
