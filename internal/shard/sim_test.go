@@ -158,6 +158,18 @@ func (s *sim) settled() bool {
 	return true
 }
 
+// balanced reports whether every cluster runs on exactly one replica and
+// every live replica runs some: the replicas have seen each other.
+func (s *sim) balanced() bool {
+	live := 0
+	for _, r := range s.reps {
+		if !r.down {
+			live++
+		}
+	}
+	return s.settled() && len(s.load()) == live
+}
+
 // crash kills a replica: its members stop at once, it does nothing more.
 func (s *sim) crash(r *simReplica) {
 	r.down = true
@@ -279,6 +291,13 @@ func (l *ledger) tick(dt time.Duration, names []string) {
 			l.overlap += dt
 		}
 	}
+}
+
+// resetStarts counts starts afresh.
+func (l *ledger) resetStarts() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	clear(l.starts)
 }
 
 // resetDark starts measuring the longest dark run afresh.
