@@ -97,7 +97,7 @@ func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
 // withheld replaces an error message that would have disclosed a secret.
-const withheld = "details withheld: the message quoted the kubeconfig"
+const withheld = "details withheld: the message quoted the input"
 
 // decodeQuoted matches what the YAML decoder's message quotes of its input
 // beyond a character or two: "unknown anchor 's3cr3t' referenced" for a
@@ -113,6 +113,15 @@ var decodeQuoted = regexp.MustCompile("'[^']{3,}'|`[^`]{3,}`")
 // still holds a word of the input (with YAML's quotes and indicators
 // trimmed) is withheld.
 func decodeMessage(err error, data []byte) string {
+	return DecodeErrorMessage(err, data)
+}
+
+// DecodeErrorMessage returns the message of an error from decoding data
+// (YAML or JSON that may hold credentials) without the parts that may quote
+// data: lists it prints are cut, quoted input is elided, and a message that
+// still holds a word of data is withheld. Use it for any file or object
+// whose parse error is reported.
+func DecodeErrorMessage(err error, data []byte) string {
 	msg := err.Error()
 	for _, dump := range []string{": [", ": {", ": map[", ": &"} {
 		if i := strings.Index(msg, dump); i >= 0 {

@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
+
+	"github.com/mccr-dev/mccr/config"
 )
 
 // ErrAccessProvidersInvalid means the operator's access providers (the
@@ -194,8 +196,9 @@ func LoadAccessProviders(path string) ([]AccessProvider, error) {
 	}
 	var f accessProvidersFile
 	if err := yaml.UnmarshalStrict(raw, &f); err != nil {
-		// Decoders quote at most a character of the input.
-		return fail("does not parse: %v", err)
+		// Decoders quote what they choke on (an unknown anchor's name, an
+		// undecodable scalar): the file holds the plugins' environment.
+		return fail("does not parse: %s", config.DecodeErrorMessage(err, raw))
 	}
 	if len(f.Providers) == 0 {
 		return fail(`no "providers"`)
