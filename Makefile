@@ -145,7 +145,8 @@ FUZZ_TARGETS ?= \
 	server/internal/namefuzz:FuzzAddName
 FUZZTIME ?= 30s
 # FUZZ_FLAGS adds go test flags, e.g. -parallel 2 on a shared machine.
-FUZZ_FLAGS ?=
+# Minimizing a new crasher for long stalls a run on a small machine.
+FUZZ_FLAGS ?= -fuzzminimizetime 10s
 
 .PHONY: fuzz
 fuzz: ## Fuzz each of FUZZ_TARGETS for FUZZTIME (default 30s), one after another; a crasher is written to <package>/testdata/fuzz/<FuzzName>/.
