@@ -339,11 +339,7 @@ func (coordinatorRunnable) NeedLeaderElection() bool { return false }
 // stopping, then their Leases released) may outlast the host Manager's
 // graceful shutdown timeout, and Server.Start waits for it through runs.
 func (r coordinatorRunnable) Start(ctx context.Context) error {
-	r.s.runs.Add(1)
-	go func() {
-		defer r.s.runs.Done()
-		_ = r.co.Start(ctx) // never fails
-	}()
+	r.s.runs.Go(func() { _ = r.co.Start(ctx) }) // never fails
 	<-ctx.Done()
 	return nil
 }
