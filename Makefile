@@ -155,6 +155,16 @@ fuzz: ## Fuzz each of FUZZ_TARGETS for FUZZTIME (default 30s), one after another
 		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) $(FUZZ_FLAGS) ./$${t%%:*}/ || exit 1; \
 	done
 
+# soak repeats the sharding fault runs at length: 5-minute host outages
+# (refused and hung), a minute of lost answers, and 2,000 random fault
+# schedules of the replica simulation. About 45 minutes per SOAK_COUNT on 2
+# cores.
+SOAK_COUNT ?= 3
+.PHONY: soak
+soak: $(ASSETS_DEP) ## Long and repeated sharding fault runs (MCCR_SOAK=1): 5-minute host outages, 2000 random fault schedules.
+	MCCR_SOAK=1 $(GO) test -race -count=1 -timeout 30m -run 'TestSimChaos|TestSimHostOutage' ./internal/shard/
+	MCCR_SOAK=1 $(GO) test -race -p 1 -count=$(SOAK_COUNT) -timeout 150m -run 'TestSharding' ./server/
+
 BENCH_COUNT ?= 5
 BENCH_PKGS ?= ./test/ ./client/ ./server/ ./test/e2e/
 # The 1,000-cluster fleet runs take a minute or two each: BENCH_LARGE_COUNT

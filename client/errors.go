@@ -71,14 +71,34 @@ func outcomeUnknown(name, why string, cause error) error {
 	return fmt.Errorf("cluster %q: %s: %w: %w", name, why, ErrOutcomeUnknown, cause)
 }
 
-// Elsewhere returns ErrClusterElsewhere for the named cluster, naming the
+// Elsewhere returns an *ElsewhereError for the named cluster, naming the
 // replica that runs it ("" when none does right now).
 func Elsewhere(name, owner string) error {
-	if owner == "" {
-		return fmt.Errorf("cluster %q: %w (none right now)", name, ErrClusterElsewhere)
-	}
-	return fmt.Errorf("cluster %q: %w %q", name, ErrClusterElsewhere, owner)
+	return &ElsewhereError{Cluster: name, Owner: owner}
 }
+
+// ElsewhereError is the error of a call aimed at a cluster that another
+// replica of a sharded Server runs: nothing was sent. errors.Is(err,
+// ErrClusterElsewhere) holds, and errors.As gives the replica to ask (a
+// webhook on any replica can forward there, or read the cluster with a
+// client of its own).
+type ElsewhereError struct {
+	// Cluster is the cluster's name.
+	Cluster string
+	// Owner is the Identity of the replica that runs it; "" when none
+	// does right now (it is moving between replicas).
+	Owner string
+}
+
+func (e *ElsewhereError) Error() string {
+	if e.Owner == "" {
+		return fmt.Sprintf("cluster %q: %s (none right now)", e.Cluster, ErrClusterElsewhere)
+	}
+	return fmt.Sprintf("cluster %q: %s %q", e.Cluster, ErrClusterElsewhere, e.Owner)
+}
+
+// Is makes errors.Is(err, ErrClusterElsewhere) hold.
+func (e *ElsewhereError) Is(target error) bool { return target == ErrClusterElsewhere }
 
 // Unreachable returns ErrClusterUnreachable for the named cluster, with
 // the error that made it unreachable.

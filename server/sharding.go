@@ -91,8 +91,9 @@ type ShardingOptions struct {
 // On each replica, Status and the fan-out client cover every cluster:
 // those another replica runs are in PhaseElsewhere with their Owner, and a
 // call aimed at one of them — a read as much as a write — fails at once
-// with client.ErrClusterElsewhere (use errors.Is), its message naming the
-// cluster and the owner, and Status(name).Owner giving the owner. A replica
+// with a *client.ElsewhereError (errors.Is(err, client.ErrClusterElsewhere)
+// holds; errors.As gives the cluster and the owner), and Status(name).Owner
+// gives the owner too. A replica
 // answers only for the clusters it runs, from the caches it keeps for them
 // alone; a caller that needs another replica's cluster asks that replica.
 // Fleet-wide Lists cover this replica's clusters only. Members no longer

@@ -305,6 +305,9 @@ func TestShardingSplitsTheFleet(t *testing.T) {
 			if !errors.Is(err, mcclient.ErrClusterElsewhere) || !strings.Contains(err.Error(), strconv.Quote(owners[n][0])) || !strings.Contains(err.Error(), strconv.Quote(n)) {
 				t.Errorf("%s: Get in %s run by %s: %v, want ErrClusterElsewhere naming both", id, n, owners[n][0], err)
 			}
+			if ee, ok := errors.AsType[*mcclient.ElsewhereError](err); !ok || ee.Cluster != n || ee.Owner != owners[n][0] {
+				t.Errorf("%s: Get in %s run by %s: %v, want an *ElsewhereError naming both", id, n, owners[n][0], err)
+			}
 			write := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "elsewhere-" + id}}
 			if err := r.srv.GetClient().Create(ctx, write); !errors.Is(err, mcclient.ErrClusterElsewhere) {
 				t.Errorf("%s: Create in %s run by %s: %v, want ErrClusterElsewhere", id, n, owners[n][0], err)
