@@ -157,8 +157,8 @@ fuzz: ## Fuzz each of FUZZ_TARGETS for FUZZTIME (default 30s), one after another
 
 # soak repeats the sharding fault runs at length: 5-minute host outages
 # (refused and hung), a minute of lost answers, and 2,000 random fault
-# schedules of the replica simulation. About 45 minutes per SOAK_COUNT on 2
-# cores.
+# schedules of the replica simulation. Each 5-minute outage case takes about
+# 6 minutes; the whole target is long (tens of minutes per SOAK_COUNT).
 SOAK_COUNT ?= 3
 .PHONY: soak
 soak: $(ASSETS_DEP) ## Long and repeated sharding fault runs (MCCR_SOAK=1): 5-minute host outages, 2000 random fault schedules.
