@@ -349,18 +349,8 @@ func (c *Coordinator) peers(snap map[string]entry, now time.Time) []string {
 // replica takes a cluster id held: a view that lags must not make a live
 // replica look dead. Any doubt counts as alive.
 func (c *Coordinator) confirmAlive(ctx context.Context, id string) bool {
-	name := ReplicaLeaseName(c.o.Group, id)
-	c.budget--
-	rctx, cancel := context.WithTimeout(ctx, c.o.requestTimeout())
-	defer cancel()
-	l, err := c.leases.Get(rctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		c.cache.missing(name)
-	case err != nil:
+	if !c.refresh(ctx, ReplicaLeaseName(c.o.Group, id)) {
 		return true
-	default:
-		c.cache.fresh(l)
 	}
 	return c.alive(id, c.o.Clock.Now())
 }
@@ -419,8 +409,9 @@ func (c *Coordinator) delete(ctx context.Context, name string, e entry) bool {
 	return false
 }
 
-// refresh reads a Lease from the API server into the cache.
-func (c *Coordinator) refresh(ctx context.Context, name string) {
+// refresh reads a Lease from the API server into the cache; read is false
+// when the API server could not say (the cache then keeps what it had).
+func (c *Coordinator) refresh(ctx context.Context, name string) (read bool) {
 	c.budget--
 	rctx, cancel := context.WithTimeout(ctx, c.o.requestTimeout())
 	defer cancel()
@@ -428,9 +419,12 @@ func (c *Coordinator) refresh(ctx context.Context, name string) {
 	switch {
 	case apierrors.IsNotFound(err):
 		c.cache.missing(name)
-	case err == nil:
+	case err != nil:
+		return false
+	default:
 		c.cache.fresh(l)
 	}
+	return true
 }
 
 // leave hands this replica's clusters over: its Lease says it is leaving
