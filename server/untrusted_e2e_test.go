@@ -217,16 +217,7 @@ func TestHandAndWatcherRaceForNames(t *testing.T) {
 	})
 	wg.Wait()
 
-	handWon := map[int]bool{}
-	for i, err := range addErrs {
-		switch {
-		case err == nil:
-			handWon[i] = true
-		case errors.Is(err, server.ErrClusterNameTaken) && strings.Contains(err.Error(), source(i)):
-		default:
-			t.Fatalf("Add(%s) = %v, want nil or ErrClusterNameTaken naming %s", nameOf(i), err, source(i))
-		}
-	}
+	handWon := handWinners(t, addErrs, nameOf, source)
 	t.Logf("%d names went to Server.Add, %d to the watcher", len(handWon), n-len(handWon))
 	owner := func(i int) (src, agent string) {
 		if handWon[i] {
@@ -349,16 +340,7 @@ func TestSecretWatcherAgainstHandAddedNames(t *testing.T) {
 	})
 	wg.Wait()
 
-	handWon := map[int]bool{}
-	for i, err := range addErrs {
-		switch {
-		case err == nil:
-			handWon[i] = true
-		case errors.Is(err, server.ErrClusterNameTaken) && strings.Contains(err.Error(), source(i)):
-		default:
-			t.Fatalf("Add(%s) = %v, want nil or ErrClusterNameTaken naming %s", nameOf(i), err, source(i))
-		}
-	}
+	handWon := handWinners(t, addErrs, nameOf, source)
 	t.Logf("%d names went to Server.Add, %d to the Secrets", len(handWon), n-len(handWon))
 	check := func(i int) {
 		t.Helper()
@@ -413,4 +395,22 @@ func TestSecretWatcherAgainstHandAddedNames(t *testing.T) {
 		}
 	}
 	test.Eventually(t, 30*time.Second, "every name gone with its Secret", func() bool { return len(r.srv.ClusterNames()) == 0 })
+}
+
+// handWinners reads the errors of a race of Server.Add against a watcher,
+// name by name: the names Add won, and for each one it lost an
+// ErrClusterNameTaken naming the watcher's source, nothing else.
+func handWinners(t *testing.T, addErrs []error, nameOf, source func(int) string) map[int]bool {
+	t.Helper()
+	won := map[int]bool{}
+	for i, err := range addErrs {
+		switch {
+		case err == nil:
+			won[i] = true
+		case errors.Is(err, server.ErrClusterNameTaken) && strings.Contains(err.Error(), source(i)):
+		default:
+			t.Fatalf("Add(%s) = %v, want nil or ErrClusterNameTaken naming %s", nameOf(i), err, source(i))
+		}
+	}
+	return won
 }
