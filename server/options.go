@@ -65,6 +65,30 @@ type Options struct {
 
 	// Sharding, if set, splits the fleet among replicas; see WithSharding.
 	Sharding *ShardingOptions
+
+	// MemberQPS and MemberBurst set the client-side rate limit of every
+	// member whose config sets none (a NamedConfig's QPS and Burst, when
+	// set, win for that member). By default members have no client-side
+	// limit, as controller-runtime's own config: flow control is left to
+	// the API server (API Priority and Fairness). A kubeconfig loaded with
+	// client-go would otherwise keep its 5 QPS, burst 10.
+	MemberQPS   float32
+	MemberBurst int
+
+	// ColdStandby keeps members stopped on a replica that does not lead:
+	// no caches, no reads, less memory, and a new leader starts every
+	// member from nothing. By default (as controller-runtime does for its
+	// own caches) a standby runs every member's caches so that reads and
+	// webhooks work on it and a new leader starts warm; only controllers
+	// and other runnables that need leader election wait for leadership.
+	// Not used when the fleet is sharded.
+	ColdStandby bool
+
+	// HostMember, if set, also runs the host cluster as a member of that
+	// name, with the host's config: a migrated operator keeps reconciling
+	// the cluster it runs in. The name follows the rules of any member
+	// name and is then taken: Add, Update and Delete of it are refused.
+	HostMember string
 }
 
 // Option changes Options.
