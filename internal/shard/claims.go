@@ -47,6 +47,7 @@ type claim struct {
 	pending  bool            // a write of a claim whose outcome is unknown
 	epoch    int64           // the Coordinator's epoch when it was last written
 	checked  time.Time       // last read to confirm someone else's write
+	waiting  string          // why a cluster assigned here does not run yet, as last logged
 }
 
 // mine reports whether e holds this replica's standing claim.
@@ -85,6 +86,7 @@ func (c *Coordinator) settle(ctx context.Context, name string, snap map[string]e
 		c.tell(name, cl, c.statusOwner(e, exists, owner, now))
 	}
 	if !c.stopped(name, cl, now) {
+		c.wait(name, cl, want, "still stopping here")
 		return
 	}
 	if cl.running {
@@ -93,19 +95,36 @@ func (c *Coordinator) settle(ctx context.Context, name string, snap map[string]e
 	}
 	c.renewIfDue(ctx)
 	if !c.mayCall() {
+		c.wait(name, cl, want, "no requests now (this replica's Lease not renewed, or the step's budget spent)")
 		return // no writes while not renewed: its claims end with its Lease
 	}
 	switch {
 	case want:
-		if c.take(ctx, name, cl, e, exists, now) && c.hb.healthy(c.o.Clock.Now()) {
-			cl.running = true
-			c.told[name] = ownTag
-			c.members.Own(name)
+		why := c.take(ctx, name, cl, e, exists, now)
+		if why == "" && !c.hb.healthy(c.o.Clock.Now()) {
+			why = "this replica's Lease lapsed while taking"
 		}
+		if why != "" {
+			c.wait(name, cl, want, why)
+			return
+		}
+		cl.running, cl.waiting = true, ""
+		c.told[name] = ownTag
+		c.members.Own(name)
 	case exists && e.rec.holder == c.o.Identity && (c.mine(cl, e) || c.hb.alone(now) && e.expired(now, c.o.LeaseDuration)):
 		// Not this replica's to run, but its Lease still names it.
 		c.release(ctx, name, cl, e, desired)
 	}
+}
+
+// wait notes, once per reason, why a cluster assigned to this replica does
+// not run here yet.
+func (c *Coordinator) wait(name string, cl *claim, want bool, why string) {
+	if !want || cl.waiting == why {
+		return
+	}
+	cl.waiting = why
+	c.log.V(1).Info("sharding: cluster assigned here does not run yet", "cluster", name, "reason", why)
 }
 
 // stopped reports whether nothing of the cluster is left stopping here; a
@@ -159,10 +178,13 @@ func (c *Coordinator) statusOwner(e entry, exists bool, assigned string, now tim
 }
 
 // take claims a cluster's Lease for this replica, if the rules allow it
-// now.
-func (c *Coordinator) take(ctx context.Context, name string, cl *claim, e entry, exists bool, now time.Time) bool {
+// now. It returns "" once the claim stands, else why it does not.
+func (c *Coordinator) take(ctx context.Context, name string, cl *claim, e entry, exists bool, now time.Time) string {
 	if !exists {
-		return c.write(ctx, name, cl, nil, c.o.Identity)
+		if !c.write(ctx, name, cl, nil, c.o.Identity) {
+			return "creating its Lease failed"
+		}
+		return ""
 	}
 	handover, since := false, time.Time{}
 	switch {
@@ -174,19 +196,19 @@ func (c *Coordinator) take(ctx context.Context, name string, cl *claim, e entry,
 			// have taken it. A write whose answer was lost is settled by
 			// this read, without another write.
 			cl.lastRV, cl.pending = e.lease.ResourceVersion, false
-			return true
+			return ""
 		}
 		// Its claim may have lapsed since: the update below stands only if
 		// nobody took the Lease meanwhile.
 	case !e.expired(now, c.o.LeaseDuration):
-		return false
+		return "held by " + e.rec.holder + ", whose claim has not expired"
 	case e.rec.holder == c.o.Identity:
 		if !c.hb.alone(now) {
-			return false
+			return "held under this identity by another process"
 		}
 	default:
 		if c.alive(e.rec.holder, now) || c.confirmAlive(ctx, e.rec.holder) {
-			return false
+			return "held by " + e.rec.holder + ", which renews its replica Lease"
 		}
 		handover = true
 		if r, ok := c.replicaEntry(e.rec.holder); ok {
@@ -194,7 +216,7 @@ func (c *Coordinator) take(ctx context.Context, name string, cl *claim, e entry,
 		}
 	}
 	if !c.write(ctx, name, cl, &e, c.o.Identity) {
-		return false
+		return "writing its Lease failed"
 	}
 	if handover {
 		var unowned time.Duration
@@ -204,7 +226,7 @@ func (c *Coordinator) take(ctx context.Context, name string, cl *claim, e entry,
 		c.o.Metrics.Handover(unowned)
 		c.log.Info("sharding: took over cluster", "cluster", name, "from", e.rec.holder, "unowned", unowned.Round(time.Millisecond).String())
 	}
-	return true
+	return ""
 }
 
 // verify answers a change of the Lease of a cluster this replica runs.
