@@ -19,6 +19,17 @@ type NamedConfig struct {
 	Name string
 
 	// Config is how to reach the cluster's API server.
+	//
+	// Its QPS and Burst are also the member's client-side rate limit, when
+	// it sets one (see SetsRateLimit): a non-zero QPS, negative for no
+	// limit as controller-runtime's ctrl.GetConfig leaves it, or a
+	// RateLimiter. A QPS of zero, what every kubeconfig loaded with
+	// clientcmd has, sets none; client-go would read it as 5 per second,
+	// burst 10, but a Server gives such a member its Options.MemberQPS and
+	// MemberBurst instead, by default no limit. The config's own setting
+	// wins over the Server's. QPS, Burst and whether a RateLimiter is set
+	// count in Fingerprint: changing them is an Update that restarts the
+	// member.
 	Config *rest.Config
 
 	// Source says where the config came from, for error messages and logs.
@@ -63,6 +74,15 @@ func (s Source) String() string {
 		return quoteIfOdd(s.Object)
 	}
 	return ""
+}
+
+// SetsRateLimit reports whether cfg sets its own client-side rate limit:
+// a RateLimiter, or a QPS other than zero (a negative QPS is no limit).
+// client-go reads a zero QPS as its default, 5 per second; mccr reads it as
+// unset and lets the Server's defaults decide. A Burst without a QPS sets
+// no limit of its own (the Server's QPS then applies with that Burst).
+func SetsRateLimit(cfg *rest.Config) bool {
+	return cfg != nil && (cfg.RateLimiter != nil || cfg.QPS != 0)
 }
 
 // NewNamedConfig names cfg. The config is used as given (not copied).

@@ -68,10 +68,13 @@ type Options struct {
 
 	// MemberQPS and MemberBurst set the client-side rate limit of every
 	// member whose config sets none (a NamedConfig's QPS and Burst, when
-	// set, win for that member). By default members have no client-side
-	// limit, as controller-runtime's own config: flow control is left to
-	// the API server (API Priority and Fairness). A kubeconfig loaded with
-	// client-go would otherwise keep its 5 QPS, burst 10.
+	// set, win for that member; see config.SetsRateLimit). By default
+	// members have no client-side limit, as controller-runtime's own
+	// config: flow control is left to the API server (API Priority and
+	// Fairness). A kubeconfig loaded with client-go would otherwise keep
+	// its 5 QPS, burst 10. A MemberQPS of zero or less is no limit; a
+	// MemberBurst of zero with a positive MemberQPS is client-go's burst
+	// (10). A config that sets its Burst alone keeps it.
 	MemberQPS   float32
 	MemberBurst int
 
@@ -106,6 +109,9 @@ func (o *Options) defaults(gracefulShutdown *time.Duration) {
 	}
 	if o.Backoff.Steps <= 0 {
 		o.Backoff.Steps = math.MaxInt32
+	}
+	if !(o.MemberQPS > 0) { // zero, negative or NaN
+		o.MemberQPS = -1 // client-go: no rate limiter
 	}
 	if o.OutageProbeInterval <= 0 {
 		o.OutageProbeInterval = 500 * time.Millisecond
