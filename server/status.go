@@ -10,7 +10,8 @@ import (
 type Phase string
 
 const (
-	// PhasePending means added, waiting for the Server to start (or to lead).
+	// PhasePending means added, waiting for the Server to start (or, with
+	// Options.ColdStandby, to lead).
 	PhasePending Phase = "Pending"
 	// PhaseStarting means checking reachability and credentials, building
 	// the Manager and running reconciler setups.
@@ -18,7 +19,10 @@ const (
 	// PhaseSyncing means the Manager runs; caches are filling.
 	PhaseSyncing Phase = "Syncing"
 	// PhaseReady means caches synced, controllers reconciling, the fan-out
-	// client routes to it.
+	// client routes to it. On a replica that does not lead (leader
+	// election), the member is Ready as soon as its caches have synced:
+	// reads and webhooks are served, and its controllers start once the
+	// replica leads.
 	PhaseReady Phase = "Ready"
 	// PhaseUnreachable means the member was Ready, then its API server stopped
 	// answering. Its caches still serve what they last saw (fleet-wide Lists

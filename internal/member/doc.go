@@ -13,7 +13,10 @@
 // It keeps controller-runtime's start order: caches first (and their
 // initial sync), then runnables that do not need leader election, then
 // controllers and every other runnable. A runnable that reads the cache in
-// its Start never sees a cache that has not started.
+// its Start never sees a cache that has not started. Runnables that need
+// leader election (controllers) start once Options.Elected is closed, the
+// host Manager's election; until then the member serves its caches and
+// its controllers' sources warm up, as on a controller-runtime standby.
 //
 // A controller that watches a kind its cluster does not serve (its CRD
 // is not installed there, or not yet) does not hold up the member: the

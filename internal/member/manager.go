@@ -78,6 +78,13 @@ type Options struct {
 	// nil is the default (30s), zero does not wait, negative waits for as
 	// long as it takes.
 	GracefulShutdownTimeout *time.Duration
+	// Elected, when set, is what Elected returns, and the runnables that
+	// need leader election (controllers among them) start only once it is
+	// closed: a member of a Server that does not lead yet runs its caches,
+	// warm-ups and the runnables that need no leader election, as a
+	// controller-runtime Manager does on a standby. Nil: closed from the
+	// start (the member runs only while this replica may run it at all).
+	Elected <-chan struct{}
 	// Reconciled, when set, is called after every Reconcile of the
 	// controllers added to the Manager (those controller-runtime builds
 	// for reconcile.Request: the builder's, controller.New's; see
@@ -141,7 +148,7 @@ type Manager struct {
 	cluster.Cluster
 	opts       Options
 	converters conversion.Registry
-	elected    chan struct{}
+	elected    <-chan struct{}
 	warned     sync.Map // host-only calls already logged
 
 	// waiting are the kinds warm-ups wait for; written by the cache.
@@ -198,16 +205,21 @@ func New(cl cluster.Cluster, opts Options) *Manager {
 		opts.BaseContext = context.Background
 	}
 	// WaitForSync learns that a controller has synced from its warm-up,
-	// so warm-up is always on. It changes nothing else here: warm-up only
-	// starts sources before leader election is won, and a member elects
-	// none. (A controller built with warm-up off in its own options counts
-	// as synced as soon as it starts.)
+	// so warm-up is always on. As in controller-runtime, warm-up starts
+	// the sources before the election is won (Options.Elected), so a
+	// member of a standby syncs every cache its controllers read. (A
+	// controller built with warm-up off in its own options counts as
+	// synced as soon as it starts.)
 	opts.Controller.EnableWarmup = ptr.To(true)
 	if opts.Controller.CacheSyncTimeout == 0 {
 		opts.Controller.CacheSyncTimeout = DefaultControllerCacheSyncTimeout
 	}
-	elected := make(chan struct{})
-	close(elected)
+	elected := opts.Elected
+	if elected == nil {
+		ch := make(chan struct{})
+		close(ch)
+		elected = ch
+	}
 	return &Manager{
 		Cluster:    cl,
 		opts:       opts,
@@ -257,6 +269,7 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 		if opts.Cluster != nil {
 			opts.Cluster(co)
 		}
+		ownClientCache(co)
 		if mp := co.MapperProvider; mp != nil {
 			co.MapperProvider = func(c *rest.Config, _ *http.Client) (meta.RESTMapper, error) { return mp(c, mapperHC) }
 		}
@@ -321,13 +334,20 @@ func (m *Manager) trackLocked(r manager.Runnable) *warmup {
 	return wu
 }
 
-// launchLocked starts r in its own goroutine: warm-up (if r has one), then
+// launchLocked starts r in its own goroutine: warm-up (if r has one), then,
+// for a runnable that needs leader election, the wait for Elected, then
 // Start. Called with m.mu held while running. The warm-up's ctx carries
 // the runnable's waiter, so that its sources wait for kinds the cluster
 // does not serve yet (latekind.go); Start's does not, as it reaches
-// Reconcile.
+// Reconcile. As in controller-runtime, warm-ups do not wait for the
+// election: a standby's controllers have their sources synced when it
+// comes to lead.
 func (m *Manager) launchLocked(r manager.Runnable, wu *warmup) {
 	ctx := m.ctx
+	elected := m.elected
+	if groupOf(r) != groupMain {
+		elected = nil
+	}
 	m.wg.Go(func() {
 		if w, ok := r.(warmupRunnable); ok {
 			if err := w.Warmup(withWaiter(ctx, wu.waiter)); err != nil {
@@ -337,6 +357,13 @@ func (m *Manager) launchLocked(r manager.Runnable, wu *warmup) {
 				return
 			}
 			close(wu.synced)
+		}
+		if elected != nil {
+			select {
+			case <-elected:
+			case <-ctx.Done():
+				return
+			}
 		}
 		if err := r.Start(ctx); err != nil {
 			m.fail(err)
@@ -552,8 +579,9 @@ func (m *Manager) WaitForSync(ctx context.Context) bool {
 // without a restart. It takes only a leaf lock: callers may hold theirs.
 func (m *Manager) WaitingKinds() []string { return m.waiting.list() }
 
-// Elected is closed from the start: members elect no leader of their own;
-// they run only while the host Manager leads.
+// Elected is Options.Elected, closed from the start when that is nil:
+// members elect no leader of their own; their leader-election runnables
+// wait for the host Manager's.
 func (m *Manager) Elected() <-chan struct{} { return m.elected }
 
 // AddMetricsServerExtraHandler returns ErrHostOnly: metrics are served by
