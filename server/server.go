@@ -141,7 +141,14 @@ func NewServer(cfg *rest.Config, opts ctrl.Options, options ...Option) (*Server,
 		}
 	}
 	if err := host.Add(fleetRunnable{s}); err != nil {
+		lease.Release()
 		return nil, fmt.Errorf("server: %w", err)
+	}
+	if o.HostMember != "" {
+		if err := s.addHostMember(o.HostMember, cfg); err != nil {
+			lease.Release()
+			return nil, fmt.Errorf("server: %w", err)
+		}
 	}
 	return s, nil
 }

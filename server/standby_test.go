@@ -307,3 +307,47 @@ func TestStandbyServesReadsAndTakesOverWarm(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkFailover measures a leader change with 100 clusters, each
+// behind an endpoint of its own: from the leader's loss (its ctx cancelled,
+// so it releases the Lease; or, hard, its host connection frozen, so it
+// fails to renew) to the standby's election, and to the standby's first
+// reconcile in every cluster. cold is Options.ColdStandby (the standby
+// starts every member when elected); warm is the default (the standby's
+// members have synced their caches before). Run it with
+//
+//	go test -run '^$' -bench BenchmarkFailover -benchtime 3x ./server/
+func BenchmarkFailover(b *testing.B) {
+	const clusters = 100
+	for _, cold := range []bool{true, false} {
+		for _, hard := range []bool{false, true} {
+			name := fmt.Sprintf("standby=%s/kill=%s", map[bool]string{true: "cold", false: "warm"}[cold], map[bool]string{true: "hard", false: "cancel"}[hard])
+			b.Run(name, func(b *testing.B) {
+				ns := testNamespace(b)
+				ncs := failoverFleet(b, ns, clusters)
+				var elected, all, afterElection time.Duration
+				for i := 0; i < b.N; i++ {
+					b.StopTimer()
+					o := candidateOptions{ns: ns, lease: fmt.Sprintf("mccr-failover-%s-%d", ns, i), clusters: ncs, cold: cold, log: logr.Discard()}
+					leader, standby := pair(b, o)
+					if !cold {
+						test.Eventually(b, 2*time.Minute, "every member Ready on the standby", func() bool { return allReady(standby.srv, ncs) })
+					}
+					b.StartTimer()
+					f := killLeader(b, leader, standby, ncs, hard)
+					b.StopTimer()
+					elected += f.toElected
+					all += f.toAllReconciled
+					afterElection += f.toAllReconciled - f.toElected
+					standby.cancel()
+					<-standby.done
+					b.StartTimer()
+				}
+				n := float64(b.N)
+				b.ReportMetric(elected.Seconds()/n, "s-to-elected")
+				b.ReportMetric(all.Seconds()/n, "s-to-all-reconciled")
+				b.ReportMetric(float64(afterElection.Milliseconds())/n, "ms-elected-to-all-reconciled")
+			})
+		}
+	}
+}

@@ -44,6 +44,8 @@ const byHand = -1
 func (c claim) source() string {
 	s := c.cfg.Source.String()
 	switch {
+	case c.from == asHost:
+		return s
 	case c.from == byHand && s != "":
 		return "Server.Add (" + s + ")"
 	case c.from == byHand:
