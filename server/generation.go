@@ -143,7 +143,14 @@ func (g *generation) run() {
 		}
 		delay := backoff.Step()
 		g.c.failed(g, err, delay)
-		g.log.Error(err, "cluster failed; will retry", "retryIn", delay.Round(time.Millisecond))
+		msg := "cluster failed; will retry"
+		if errors.Is(err, ErrSetupFailed) {
+			// The program's own setup, not the cluster, is at fault: say
+			// so, as the retries will fail alike until it is fixed or what
+			// it needs (a CRD, a scheme entry, RBAC) appears.
+			msg = "reconciler setup failed on this cluster; will retry"
+		}
+		g.log.Error(err, msg, "retryIn", delay.Round(time.Millisecond))
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
@@ -197,7 +204,7 @@ func (g *generation) attempt() (wasReady bool, err error) {
 	setups := e.setups.snapshot()
 	for i, setup := range setups {
 		if err := callSetup(setup, mgr); err != nil {
-			return false, fmt.Errorf("reconciler setup %s: %w", setupName(i, setup), err)
+			return false, &setupError{setup: setupName(i, setup), err: err}
 		}
 	}
 
@@ -234,7 +241,7 @@ func (g *generation) attempt() (wasReady bool, err error) {
 			// The Manager stopped while the setup ran: that, not the
 			// setup, is why the attempt ends.
 		default:
-			end.stop(fmt.Errorf("reconciler setup %s: %w", setupName(i, setup), serr))
+			end.stop(&setupError{setup: setupName(i, setup), err: serr})
 		}
 		return false
 	}, setups: e.setups, ctx: actx}
@@ -265,6 +272,17 @@ func (g *generation) attempt() (wasReady bool, err error) {
 }
 
 var errManagerReturned = errors.New("manager returned")
+
+// setupError is a reconciler setup's failure (its error, or its panic) on
+// a member's Manager: errors.Is finds both ErrSetupFailed and the setup's
+// own error.
+type setupError struct {
+	setup string // setupName's
+	err   error
+}
+
+func (e *setupError) Error() string   { return "reconciler setup " + e.setup + ": " + e.err.Error() }
+func (e *setupError) Unwrap() []error { return []error{ErrSetupFailed, e.err} }
 
 // setupName names a setup in errors: its position and, when it is a
 // method value such as r.SetupWithManager, the method's receiver type.

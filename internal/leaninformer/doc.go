@@ -1,13 +1,16 @@
-// Package leaninformer provides a client-go SharedIndexInformer that hands
-// events to its handlers in the goroutine that watches, for member clusters
-// whose handlers only enqueue (controller-runtime's do).
+// Package leaninformer provides a client-go SharedIndexInformer for member
+// clusters that costs no goroutine per handler while its handlers are idle.
 //
 // client-go's informer passes each event through a FIFO, a shared processor
 // and a buffer per handler, each with goroutines of its own: seven per
 // informer with one handler, and a 1,024-slot buffer per handler. Here the
 // reflector (client-go's, unchanged) writes to a store that updates the
-// indexer and calls the handlers at once: one goroutine runs the reflector,
-// and the reflector's resync timer is the other.
+// indexer and appends the event to a queue per handler: one goroutine runs
+// the reflector, and the reflector's resync timer is the other. A handler's
+// queue is emptied by a goroutine started when an event is queued and
+// ended when none is left, so a handler that takes its time (a map
+// function that lists, say) holds up neither the watch, nor the store,
+// nor the informer's other handlers, as with client-go.
 //
 // What a handler sees is what client-go's informer gives it, in the same
 // order: the initial list as adds marked isInInitialList; a handler added
@@ -18,20 +21,19 @@
 // to handlers whose resync is due; the informer has synced once its store
 // holds the initial list (a handler may read it, through a cache that waits
 // for the sync, while it is handed the list), a registration once its
-// handler has seen the initial list. Watch errors go to the handler set
-// with SetWatchErrorHandlerWithContext, with client-go's backoff between
+// handler has been handed the initial list (controller-runtime's sources
+// wait for that). Watch errors go to the handler set with
+// SetWatchErrorHandlerWithContext, with client-go's backoff between
 // attempts.
 //
-// What differs is timing. A handler that blocks holds up the informer's
-// other handlers and its watch, where client-go buffers per handler; so a
-// handler must not wait, inside a callback, for something only another
-// delivery of the same informer brings. A handler added to a running
-// informer is handed the store's objects in the caller's goroutine before
-// AddEventHandler returns (its HasSynced is true then if the informer has
-// synced), so the caller must not hold a lock the handler takes. Handlers may call any method of the
-// informer, including adding and removing handlers. After
+// A handler's queue grows without bound while the handler is slower than
+// the events, as client-go's buffer does. Handlers may call any method of
+// the informer, including adding and removing handlers. After
 // RemoveEventHandler returns, at most the event under way reaches the
-// handler; registrations have no ShutdownChan (client-go's
-// ShutDownEventHandler reports an error). A handler that panics ends the
-// process, as with client-go's default (utilruntime.ReallyCrash).
+// handler and what was queued for it is dropped; registrations have no
+// ShutdownChan (client-go's ShutDownEventHandler reports an error). Run
+// returns once the handler calls under way have returned; what is still
+// queued then is dropped, as client-go drops its buffers. A handler that
+// panics ends the process, as with client-go's default
+// (utilruntime.ReallyCrash).
 package leaninformer

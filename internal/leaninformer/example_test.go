@@ -16,10 +16,10 @@ import (
 	"github.com/mccr-dev/mccr/internal/leaninformer"
 )
 
-// An informer over a (fake) clientset. Handlers run in the informer's
-// goroutine: once it has synced, its handlers have seen the initial list;
-// a handler added later sees the objects in the store before
-// AddEventHandler returns.
+// An informer over a (fake) clientset. Each handler is handed its events
+// in a goroutine of its own: a registration has synced once its handler
+// has been handed the initial list (a handler added later, the objects in
+// the store), which is what controller-runtime's sources wait for.
 func Example() {
 	client := fake.NewClientset(
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "a"}},
@@ -44,19 +44,23 @@ func Example() {
 			seen = append(seen, fmt.Sprintf("%s: add %s (initial list: %v)", who, obj.(*corev1.ConfigMap).Name, isInInitialList))
 		}}
 	}
-	if _, err := informer.AddEventHandler(record("first")); err != nil {
+	first, err := informer.AddEventHandler(record("first"))
+	if err != nil {
 		panic(err)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go informer.RunWithContext(ctx)
-	if !toolscache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+	if !toolscache.WaitForCacheSync(ctx.Done(), first.HasSynced) {
 		panic("not synced")
 	}
-	reg, err := informer.AddEventHandler(record("second"))
+	second, err := informer.AddEventHandler(record("second"))
 	if err != nil {
 		panic(err)
+	}
+	if !toolscache.WaitForCacheSync(ctx.Done(), second.HasSynced) {
+		panic("not synced")
 	}
 
 	mu.Lock()
@@ -65,11 +69,11 @@ func Example() {
 		fmt.Println(s)
 	}
 	mu.Unlock()
-	fmt.Println("second handler synced:", reg.HasSynced())
+	fmt.Println("informer synced:", informer.HasSynced())
 	// Output:
 	// first: add a (initial list: true)
 	// first: add b (initial list: true)
 	// second: add a (initial list: true)
 	// second: add b (initial list: true)
-	// second handler synced: true
+	// informer synced: true
 }

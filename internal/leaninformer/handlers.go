@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -25,7 +26,7 @@ func (i *Informer) AddEventHandlerWithResyncPeriod(handler toolscache.ResourceEv
 
 // AddEventHandlerWithOptions adds a handler. Added to a running informer,
 // it is first handed the objects in the store as adds in the initial list,
-// in the calling goroutine, then every event after them.
+// then every event after them, in its own delivery goroutine.
 //
 // Resync periods follow client-go: at least a second; before the informer
 // starts a shorter period than the informer's shortens the informer's
@@ -34,8 +35,8 @@ func (i *Informer) AddEventHandlerWithResyncPeriod(handler toolscache.ResourceEv
 func (i *Informer) AddEventHandlerWithOptions(handler toolscache.ResourceEventHandler, opts toolscache.HandlerOptions) (toolscache.ResourceEventHandlerRegistration, error) {
 	logger := ptr.Deref(opts.Logger, klog.Background())
 	i.mu.Lock()
+	defer i.mu.Unlock()
 	if i.stopped {
-		i.mu.Unlock()
 		return nil, fmt.Errorf("adding handler %v: %w", handler, ErrStopped)
 	}
 	requested := ptr.Deref(opts.ResyncPeriod, i.defaultResync)
@@ -60,27 +61,23 @@ func (i *Informer) AddEventHandlerWithOptions(handler toolscache.ResourceEventHa
 		requested: requested,
 		resync:    effectiveResync(requested, i.resyncCheck),
 		synced:    make(chan struct{}),
-		upstream:  i.hasSynced,
-		replayed:  !i.started,
 	}
-	joining := i.started
-	r.joining.Store(joining)
 	r.nextResync = i.clock.Now().Add(r.resync)
 	r.syncing.Store(true) // as client-go's: until the first resync check
-	var replay []any
-	if joining {
-		replay = i.indexer.List()
+	if i.started {
+		// Queued under mu, which every change of the store holds: what the
+		// handler misses here it gets as an event, and nothing twice.
+		replay := i.indexer.List()
+		events := make([]event, len(replay), len(replay)+1)
+		for n, obj := range replay {
+			events[n] = event{typ: added, obj: obj, initial: true}
+		}
+		if i.hasSynced {
+			events = append(events, event{typ: listed})
+		}
+		r.queue(events...)
 	}
 	i.handlers = append(slices.Clip(i.handlers), r)
-	i.mu.Unlock()
-
-	if joining {
-		r.join(replay)
-	} else {
-		r.mu.Lock()
-		r.closeIfSyncedLocked()
-		r.mu.Unlock()
-	}
 	return r, nil
 }
 
@@ -98,7 +95,8 @@ func effectiveResync(requested, check time.Duration) time.Duration {
 }
 
 // RemoveEventHandler removes a handler: it gets no event that starts
-// being delivered after this returns.
+// being delivered after this returns, and what was queued for it is
+// dropped.
 func (i *Informer) RemoveEventHandler(handle toolscache.ResourceEventHandlerRegistration) error {
 	r, ok := handle.(*registration)
 	if !ok || r.informer != i {
@@ -107,6 +105,9 @@ func (i *Informer) RemoveEventHandler(handle toolscache.ResourceEventHandlerRegi
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	r.removed.Store(true)
+	r.mu.Lock()
+	r.pending = nil
+	r.mu.Unlock()
 	i.handlers = slices.DeleteFunc(slices.Clone(i.handlers), func(o *registration) bool { return o == r })
 	return nil
 }
@@ -129,7 +130,45 @@ func (i *Informer) shouldResync() bool {
 	return due
 }
 
-// registration is one handler of an informer.
+// deliveries keeps count of the informer's delivery goroutines, so that
+// Run returns only once none is left.
+type deliveries struct {
+	mu      sync.Mutex
+	stopped bool // the informer has stopped: no delivery starts
+	running sync.WaitGroup
+	done    atomic.Bool // stopped, read by deliveries under way
+}
+
+// begin reports whether a delivery goroutine may start, counting it.
+func (d *deliveries) begin() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped {
+		return false
+	}
+	d.running.Add(1)
+	return true
+}
+
+// stop makes the deliveries drop what they hold once their handler call
+// under way returns, and waits for them to end.
+func (d *deliveries) stop() {
+	d.mu.Lock()
+	d.stopped = true
+	d.done.Store(true)
+	d.mu.Unlock()
+	d.running.Wait()
+}
+
+// registration is one handler of an informer, with the events not yet
+// handed to it.
+//
+// Each registration is delivered to by a goroutine of its own, started
+// when an event is queued for it and ended when its queue is empty: a
+// handler that takes its time holds up neither the watch (and so the
+// store) nor the informer's other handlers, and an idle handler costs no
+// goroutine. Its queue is unbounded, as client-go's per-handler buffer
+// is: bounding it would make the watch wait for the slowest handler.
 type registration struct {
 	informer *Informer
 	handler  toolscache.ResourceEventHandler
@@ -140,19 +179,17 @@ type registration struct {
 
 	syncing atomic.Bool // its resync is due: it gets updates that change nothing
 	removed atomic.Bool
-	joining atomic.Bool // it replays the store; events wait in pending (set under mu)
 
-	mu       sync.Mutex
-	pending  []event // events that came while it replayed
-	upstream bool    // the informer has synced
-	replayed bool    // it has seen what the store held when it joined
-	synced   chan struct{}
+	mu         sync.Mutex
+	pending    []event // queued, in order
+	delivering bool    // a goroutine hands pending to the handler
+	synced     chan struct{}
 }
 
 var _ toolscache.ResourceEventHandlerRegistration = (*registration)(nil)
 
 // HasSynced reports whether the informer has synced and the handler has
-// seen the initial list.
+// been handed the initial list.
 func (r *registration) HasSynced() bool { return isClosed(r.synced) }
 
 // HasSyncedChecker is done once HasSynced is true.
@@ -160,66 +197,74 @@ func (r *registration) HasSyncedChecker() toolscache.DoneChecker {
 	return doneChecker{name: fmt.Sprintf("handler of SharedIndexInformer %T", r.informer.example), done: r.synced}
 }
 
-// join replays what the store held when the handler was added, then the
-// events that came meanwhile, until none are left; from then on events
-// reach the handler directly.
-func (r *registration) join(replay []any) {
-	for _, obj := range replay {
-		if r.removed.Load() {
-			break
-		}
-		r.handler.OnAdd(obj, true)
-	}
-	for {
-		r.mu.Lock()
-		pending := r.pending
-		r.pending = nil
-		if len(pending) == 0 {
-			r.joining.Store(false)
-			r.replayed = true
-			r.closeIfSyncedLocked()
-			r.mu.Unlock()
-			return
-		}
-		r.mu.Unlock()
-		for _, e := range pending {
-			if !r.removed.Load() {
-				e.to(r.handler)
-			}
-		}
-	}
-}
+// upstreamSynced queues, after the initial list, the mark that the handler
+// has been handed it.
+func (r *registration) upstreamSynced() { r.queue(event{typ: listed}) }
 
-// upstreamSynced records that the informer has synced.
-func (r *registration) upstreamSynced() {
+// deliver queues e for the handler.
+func (r *registration) deliver(e event) { r.queue(e) }
+
+// queue appends events to the handler's queue and starts its delivery
+// goroutine if none runs.
+func (r *registration) queue(events ...event) {
+	if len(events) == 0 || r.removed.Load() {
+		return
+	}
 	r.mu.Lock()
-	r.upstream = true
-	r.closeIfSyncedLocked()
-	r.mu.Unlock()
-}
-
-func (r *registration) closeIfSyncedLocked() {
-	if r.upstream && r.replayed && !r.HasSynced() {
-		close(r.synced)
-	}
-}
-
-// deliver hands e to the handler, or keeps it for join while the handler
-// replays.
-func (r *registration) deliver(e event) {
+	defer r.mu.Unlock()
 	if r.removed.Load() {
 		return
 	}
-	if r.joining.Load() {
+	r.pending = append(r.pending, events...)
+	if r.delivering || !r.informer.deliveries.begin() {
+		return
+	}
+	r.delivering = true
+	go r.run()
+}
+
+// run hands the queued events to the handler, one at a time, until none
+// is left, the handler is removed or the informer stops.
+func (r *registration) run() {
+	d := &r.informer.deliveries
+	defer d.running.Done()
+	defer utilruntime.HandleCrash()
+	for {
 		r.mu.Lock()
-		if r.joining.Load() {
-			r.pending = append(r.pending, e)
+		batch := r.pending
+		r.pending = nil
+		if len(batch) == 0 || r.removed.Load() || d.done.Load() {
+			r.delivering = false
 			r.mu.Unlock()
 			return
 		}
 		r.mu.Unlock()
+		for n := range batch {
+			if r.removed.Load() || d.done.Load() {
+				break
+			}
+			e := batch[n]
+			batch[n] = event{} // the handler may be slow: let go of what it was handed
+			r.handle(e)
+		}
 	}
-	e.to(r.handler)
+}
+
+// handle hands e to the handler, or records that the handler has been
+// handed the initial list.
+func (r *registration) handle(e event) {
+	switch e.typ {
+	case added:
+		r.handler.OnAdd(e.obj, e.initial)
+	case updated:
+		r.handler.OnUpdate(e.old, e.obj)
+	case deleted:
+		r.handler.OnDelete(e.obj)
+	case listed:
+		if !r.HasSynced() { // only this registration's delivery closes it
+			close(r.synced)
+		}
+	}
 }
 
 type eventType uint8
@@ -228,6 +273,7 @@ const (
 	added eventType = iota
 	updated
 	deleted
+	listed // the initial list has been handed over
 )
 
 // event is one notification for a handler.
@@ -236,15 +282,4 @@ type event struct {
 	initial bool // an add in the initial list
 	old     any
 	obj     any
-}
-
-func (e event) to(h toolscache.ResourceEventHandler) {
-	switch e.typ {
-	case added:
-		h.OnAdd(e.obj, e.initial)
-	case updated:
-		h.OnUpdate(e.old, e.obj)
-	case deleted:
-		h.OnDelete(e.obj)
-	}
 }

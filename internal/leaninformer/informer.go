@@ -62,8 +62,9 @@ func newInformer(lw toolscache.ListerWatcher, example runtime.Object, resync tim
 	}
 }
 
-// Informer is a SharedIndexInformer that calls its handlers from the
-// goroutine that watches. See the package documentation.
+// Informer is a SharedIndexInformer that stores what it watches in the
+// goroutine that watches and hands it to each handler from a queue of that
+// handler's own. See the package documentation.
 type Informer struct {
 	lw            toolscache.ListerWatcher
 	example       runtime.Object
@@ -85,9 +86,12 @@ type Informer struct {
 	reflector    *toolscache.Reflector
 	handlers     []*registration // replaced, never changed in place
 
-	// deliver serializes deliveries: the reflector's events and its resyncs
-	// come from two goroutines. Handlers run with it held, never with mu.
+	// deliver serializes the queueing of events: the reflector's events
+	// and its resyncs come from two goroutines.
 	deliver sync.Mutex
+
+	// deliveries are the handlers' delivery goroutines (see registration).
+	deliveries deliveries
 }
 
 var _ toolscache.SharedIndexInformer = (*Informer)(nil)
@@ -119,6 +123,9 @@ func (i *Informer) RunWithContext(ctx context.Context) {
 		i.mu.Lock()
 		i.stopped = true
 		i.mu.Unlock()
+		// Returns once the handlers' calls under way have returned (what
+		// is still queued is dropped), as client-go's Run does.
+		i.deliveries.stop()
 	}()
 	_ = backoff.DelayWithReset(i.clock, backoffReset).Until(ctx, true, true, func(ctx context.Context) (bool, error) {
 		if err := r.ListAndWatchWithContext(ctx); err != nil {

@@ -7,9 +7,9 @@ import (
 )
 
 // store is what the informer's reflector writes to: each change goes to
-// the indexer, then to the handlers, in the reflector's goroutine (the
-// resync timer's for Resync). It delivers what client-go's informer does
-// for the same change (see processDeltas in client-go's controller.go).
+// the indexer, then to the handlers' queues, in the reflector's goroutine
+// (the resync timer's for Resync). It delivers what client-go's informer
+// does for the same change (see processDeltas in client-go's controller.go).
 type store struct{ i *Informer }
 
 var (
