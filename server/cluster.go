@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"sync"
@@ -150,14 +151,16 @@ func (c *cluster) remove() (<-chan struct{}, error) {
 		return nil, err
 	}
 	c.desired, c.fp = nil, fingerprints{}
-	c.env.feed.publish(memberState{name: c.name, left: true})
 	if c.gen == nil {
 		c.retireLocked()
+		c.env.feed.publish(memberState{name: c.name, left: true})
 		return nil, nil
 	}
 	// Gone from the fleet at once: calls waiting on the cluster end with
-	// ErrClusterNotFound while its Manager stops.
+	// ErrClusterNotFound while its Manager stops. Told as left only then,
+	// so that a subscriber finds it gone from the fan-out client.
 	c.env.routes.Remove(c.name)
+	c.env.feed.publish(memberState{name: c.name, left: true})
 	c.gen.stop()
 	c.setPhaseLocked(c.gen, PhaseStopping, nil)
 	return c.gen.done, nil
@@ -376,8 +379,9 @@ func (c *cluster) ready(g *generation, mgr manager.Manager, took time.Duration) 
 	c.status.LastError, c.status.NextRetry = nil, time.Time{}
 	c.status.TimeToReady = took
 	c.mgr = mgr // before the phase: the feed tells Ready with the Manager
-	c.setPhaseLocked(g, PhaseReady, nil)
+	// The route first: a subscriber told Ready finds the member served.
 	c.env.routes.Set(c.name, mgr.GetClient(), true)
+	c.setPhaseLocked(g, PhaseReady, nil)
 	c.series.timeToReady(took)
 }
 
@@ -387,8 +391,9 @@ func (c *cluster) unreachable(g *generation, err error) {
 	if g != c.gen || g.stopping() {
 		return
 	}
-	c.setPhaseLocked(g, PhaseUnreachable, err)
+	// The route first: a subscriber told Unreachable reads it so.
 	c.env.routes.SetUnreachable(c.name, err)
+	c.setPhaseLocked(g, PhaseUnreachable, err)
 }
 
 func (c *cluster) failed(g *generation, err error, retryIn time.Duration) {
@@ -400,7 +405,7 @@ func (c *cluster) failed(g *generation, err error, retryIn time.Duration) {
 	c.status.NextRetry = time.Now().Add(retryIn)
 	c.status.Failures++
 	c.setPhaseLocked(g, PhaseFailed, err)
-	c.series.failure()
+	c.series.failure(errors.Is(err, ErrSetupFailed))
 }
 
 func (c *cluster) restarted(g *generation) {

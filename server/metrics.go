@@ -32,6 +32,10 @@ var (
 		Name: "mccr_cluster_failures_total",
 		Help: "Failed starts and credential losses of the member cluster.",
 	}, []string{clusterLabelName})
+	clusterSetupErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mccr_cluster_setup_errors_total",
+		Help: "Failed starts of the member cluster because a reconciler setup returned an error or panicked (each also counts in mccr_cluster_failures_total).",
+	}, []string{clusterLabelName})
 	clusterRestarts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mccr_cluster_restarts_total",
 		Help: "Starts of the member cluster's Manager after its first one.",
@@ -75,7 +79,7 @@ var (
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		metrics.Registry.MustRegister(clusterReady, clusterTimeToReady, clusterFailures, clusterRestarts,
+		metrics.Registry.MustRegister(clusterReady, clusterTimeToReady, clusterFailures, clusterSetupErrors, clusterRestarts,
 			reconcileTotal, reconcileErrors, reconcileTime, shardOwned, shardHandovers, shardUnowned, shardDuplicate)
 	})
 }
@@ -91,6 +95,7 @@ type clusterSeries struct{ name string }
 func (s clusterSeries) init() {
 	clusterReady.WithLabelValues(s.name)
 	clusterFailures.WithLabelValues(s.name)
+	clusterSetupErrors.WithLabelValues(s.name)
 	clusterRestarts.WithLabelValues(s.name)
 }
 
@@ -106,7 +111,14 @@ func (s clusterSeries) timeToReady(d time.Duration) {
 	clusterTimeToReady.WithLabelValues(s.name).Set(d.Seconds())
 }
 
-func (s clusterSeries) failure() { clusterFailures.WithLabelValues(s.name).Inc() }
+// failure counts a failed start; setup says a reconciler setup failed it.
+func (s clusterSeries) failure(setup bool) {
+	clusterFailures.WithLabelValues(s.name).Inc()
+	if setup {
+		clusterSetupErrors.WithLabelValues(s.name).Inc()
+	}
+}
+
 func (s clusterSeries) restart() { clusterRestarts.WithLabelValues(s.name).Inc() }
 
 // reconciled counts one Reconcile of a member's controller. Its generation
@@ -124,6 +136,7 @@ func (s clusterSeries) forget() {
 	clusterReady.DeleteLabelValues(s.name)
 	clusterTimeToReady.DeleteLabelValues(s.name)
 	clusterFailures.DeleteLabelValues(s.name)
+	clusterSetupErrors.DeleteLabelValues(s.name)
 	clusterRestarts.DeleteLabelValues(s.name)
 	byCluster := prometheus.Labels{clusterLabelName: s.name}
 	reconcileTotal.DeletePartialMatch(byCluster)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -16,5 +17,45 @@ func (s *Server) FleetReadyCheck(minReady int) healthz.Checker {
 			return fmt.Errorf("%d of at least %d member clusters ready", n, minReady)
 		}
 		return nil
+	}
+}
+
+// SetupReadyCheck returns a health check, for AddReadyzCheck, that fails
+// while reconciler setups fail on every member that got as far as running
+// them: at least one member's last start failed in a setup (its
+// ClusterStatus.LastError wraps ErrSetupFailed) and no member has passed
+// its setups (Syncing, Ready or Unreachable). That is a fault of the
+// program, or of something every cluster lacks (a CRD, an RBAC rule), not
+// of one cluster: a replica in that state reconciles nothing, and a
+// rollout should stop. A setup that fails on some members only, and
+// members that cannot be reached, leave the check passing; Status and the
+// metric mccr_cluster_setup_errors_total tell of those. The error names
+// one failing member and its (redacted) error. Like FleetReadyCheck, the
+// Server adds no such check by itself.
+func (s *Server) SetupReadyCheck() healthz.Checker {
+	return func(*http.Request) error {
+		failing := 0
+		var first ClusterStatus
+		for _, st := range s.Statuses() {
+			switch st.Phase {
+			case PhaseSyncing, PhaseReady, PhaseUnreachable:
+				return nil // its setups passed
+			case PhaseFailed, PhaseStarting:
+				// Starting: a retry of a member whose setups failed
+				// before; it counts as failing until it passes them.
+				if errors.Is(st.LastError, ErrSetupFailed) {
+					if failing == 0 {
+						first = st
+					}
+					failing++
+				}
+			case PhasePending, PhaseStopping, PhaseStopped, PhaseElsewhere:
+				// Not running here, or not yet: neither way.
+			}
+		}
+		if failing == 0 {
+			return nil
+		}
+		return fmt.Errorf("reconciler setups fail on every member cluster that ran them (%d); cluster %q: %w", failing, first.Name, first.LastError)
 	}
 }

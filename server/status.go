@@ -1,10 +1,19 @@
 package server
 
 import (
+	"errors"
 	"time"
 
 	"github.com/mccr-dev/mccr/config"
 )
+
+// ErrSetupFailed is wrapped by a member's ClusterStatus.LastError when its
+// last start failed because a reconciler setup given to AddReconcilerSetup
+// returned an error or panicked (the setup's own error is wrapped too, and
+// the message names the setup). The member is Failed and retried with
+// backoff like any failure; SetupReadyCheck turns the case where setups
+// fail on every member into a failing readiness check.
+var ErrSetupFailed = errors.New("reconciler setup failed")
 
 // Phase is where a member cluster is in its lifecycle.
 type Phase string
@@ -61,7 +70,8 @@ type ClusterStatus struct {
 	// LastError is the error of the last failed start, or the last watch
 	// error of a running member (for example while its API server is
 	// unreachable; a running member's Manager retries by itself). Nil after
-	// a clean start.
+	// a clean start. A failed reconciler setup wraps ErrSetupFailed.
+	// Secrets are redacted from it (config.RedactError).
 	LastError error
 	// NextRetry is when a Failed member is started again.
 	NextRetry time.Time
