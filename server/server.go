@@ -154,8 +154,9 @@ func NewServer(cfg *rest.Config, opts ctrl.Options, options ...Option) (*Server,
 }
 
 // Add adds a member cluster. It never touches the network: the cluster is
-// started in the background (at once if the Server runs and leads, else
-// when it does) and its progress shows in Status. Adding the same name with
+// started in the background (at once if the Server runs, else when it
+// does; with Options.ColdStandby, once it leads) and its progress shows in
+// Status. Adding the same name with
 // the same config again is a no-op; with a different config it is
 // ErrClusterExists. A name deleted while its Manager still stops may be
 // added again at once: the new Manager starts after the old one stopped.
