@@ -50,6 +50,13 @@ type ClusterEvent struct {
 // every member already Ready, Unreachable or Failed. The ctx fn gets names
 // the member (known.ClusterFrom). fn runs in the source's own goroutine,
 // one call at a time; a slow fn delays only this source.
+//
+// An event is told after the fact: by the time fn runs, the fan-out
+// client, Status and ClusterNames already show it — a member told Ready is
+// served, one told Left is gone from them, one told Unreachable fails a
+// fleet-wide List with ErrClusterUnreachable. An aggregator that reads the
+// fleet when told (a fleet-wide List, say) reads the new state, not the one
+// before. The fleet may have moved on again by then; a later event follows.
 func ClusterEvents(srv *Server, fn func(ctx context.Context, ev ClusterEvent) []reconcile.Request) source.Source {
 	return &clusterEvents{srv: srv, fn: fn}
 }
