@@ -269,7 +269,7 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 		if opts.Cluster != nil {
 			opts.Cluster(co)
 		}
-		clientOptions(co, lifetime)
+		clientOptions(lifetime, co)
 		if mp := co.MapperProvider; mp != nil {
 			co.MapperProvider = func(c *rest.Config, _ *http.Client) (meta.RESTMapper, error) { return mp(c, mapperHC) }
 		}

@@ -29,7 +29,7 @@ import (
 // the object is outside what the cache holds (another namespace, a label
 // the cache's selector leaves out), and a Reconcile's ctx has no deadline.
 // consistentReads ends the wait when the member stops too.
-func clientOptions(co *cluster.Options, lifetime context.Context) {
+func clientOptions(lifetime context.Context, co *cluster.Options) {
 	c := co.Client.Cache
 	if c == nil {
 		return
