@@ -53,14 +53,14 @@ type Options struct {
 	CompressWatches bool
 
 	// ClientGoInformers gives members client-go's SharedIndexInformer.
-	// By default a member's informers hand each event to their handlers in
-	// the goroutine that watches (internal/leaninformer): handlers see the
-	// same events in the same order, with five goroutines and a 16 KiB
-	// buffer per informer fewer, but a handler that blocks holds up the
-	// kind's other handlers in that cluster and its watch. Set this when
-	// event handlers (map functions of Watches, for instance) may block,
-	// as client-go buffers events per handler. A cache.Options.NewInformer
-	// given in ctrl.Options is used either way.
+	// By default a member's informers are internal/leaninformer's: each
+	// handler is handed the events client-go's would hand it, in the same
+	// order, from a queue of its own, so a handler that takes its time (a
+	// slow map function of Watches or of FleetKind) holds up neither the
+	// cache, the watch, nor the kind's other handlers. A queue has a
+	// goroutine only while it holds events: an informer costs five
+	// goroutines and a 16 KiB buffer per handler fewer than client-go's.
+	// A cache.Options.NewInformer given in ctrl.Options is used either way.
 	ClientGoInformers bool
 
 	// Sharding, if set, splits the fleet among replicas; see WithSharding.
