@@ -58,7 +58,7 @@ func TestSlowHandlers(t *testing.T) {
 	var mu sync.Mutex
 	reconciled := map[string]time.Time{} // probe → first Reconcile
 	srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
-		if err := ctrl.NewControllerManagedBy(mgr).Named("slow-" + ns).
+		if err := ctrl.NewControllerManagedBy(mgr).Named("slow-"+ns).
 			Watches(&corev1.ConfigMap{}, slowMap).
 			Complete(noop); err != nil {
 			return err

@@ -58,8 +58,9 @@ type Options struct {
 	// order, from a queue of its own, so a handler that takes its time (a
 	// slow map function of Watches or of FleetKind) holds up neither the
 	// cache, the watch, nor the kind's other handlers. A queue has a
-	// goroutine only while it holds events: an informer costs five
-	// goroutines and a 16 KiB buffer per handler fewer than client-go's.
+	// goroutine only while it holds events: an idle informer with one
+	// handler costs five goroutines and a 16 KiB buffer fewer than
+	// client-go's, and each further handler two goroutines and 16 KiB.
 	// A cache.Options.NewInformer given in ctrl.Options is used either way.
 	ClientGoInformers bool
 
