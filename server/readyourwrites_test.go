@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/known"
 	"github.com/mccr-dev/mccr/server"
 	"github.com/mccr-dev/mccr/test"
@@ -240,4 +242,71 @@ func TestReadYourWritesWaitEndsWithMember(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestReadYourWritesForbiddenKind: a member whose identity may create
+// Secrets but not list them: a Get of a Secret it created is refused as
+// Forbidden at once, as without read-your-writes, instead of waiting for a
+// resource version the Secrets' informer can never see.
+func TestReadYourWritesForbiddenKind(t *testing.T) {
+	ns := testNamespace(t)
+	ctx := context.Background()
+	cfg := fleet.Cluster("m4").Config
+	const sa = "create-secrets"
+	tok, err := test.ServiceAccountToken(ctx, cfg, ns, sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := adminClient(t, "m4")
+	// ServiceAccountToken makes the account cluster-admin; take that back.
+	if err := admin.Delete(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: test.AdminBindingName(ns, sa)}}); client.IgnoreNotFound(err) != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []client.Object{
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: sa, Namespace: ns}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+		}},
+		&rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: sa, Namespace: ns},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: sa},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}},
+		},
+	} {
+		if err := admin.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tc, err := client.New(test.TokenConfig(cfg, tok), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	test.Eventually(t, 15*time.Second, "the token may not list Secrets", func() bool {
+		return apierrors.IsForbidden(tc.List(ctx, &corev1.SecretList{}, client.InNamespace(ns)))
+	})
+
+	srv, err := server.NewServer(fleet.Cluster("host").Config, ctrl.Options{
+		Logger:                 test.Logger(t),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+		Client:                 client.Options{Cache: &client.CacheOptions{EnableReadYourWritesConsistency: ptr.To(true)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	test.Run(t, srv)
+	if err := srv.Add(config.NewNamedConfig("m4", test.TokenConfig(cfg, tok))); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, srv, "m4")
+	mctx, cancel := context.WithTimeout(known.WithCluster(ctx, "m4"), 20*time.Second)
+	defer cancel()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "written", Namespace: ns}}
+	if err := srv.GetClient().Create(mctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.GetClient().Get(mctx, client.ObjectKeyFromObject(secret), &corev1.Secret{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("Get of a Secret the member may not list: %v, want Forbidden", err)
+	}
 }
