@@ -329,7 +329,12 @@ func managerStopped(err error) error {
 // build creates the member's Manager for this attempt.
 func (g *generation) build(lease *conntrack.Lease, end *stopper, core []byte) (*membermgr.Manager, error) {
 	o := g.c.env.memberOpts
-	name, log := g.c.name, g.log
+	name := g.c.name
+	// The member's Manager, its controllers and its reconcilers log as a
+	// Manager built from the user's options does (the user's logger,
+	// controller-runtime's names), with the cluster added; mccr's own
+	// lines about the member (g.log) are named "mccr".
+	log := o.Logger.WithValues("cluster", name)
 	userHandler := o.Cache.DefaultWatchErrorHandler
 	cacheOpts := o.Cache
 	cacheOpts.DefaultWatchErrorHandler = func(ctx context.Context, r *toolscache.Reflector, err error) {
