@@ -84,7 +84,7 @@ func TestReconcilerLogsAsControllerRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := setup("plain-"+ns)(mgr); err != nil {
+	if err := setup("plain-" + ns)(mgr); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
