@@ -161,6 +161,11 @@ func (k *fleetKind) attach(ctx context.Context, q workqueue.TypedRateLimitingInt
 // source's handler is removed from the host informer when that controller
 // stops (its member leaves, restarts or the Server stops), so nothing of a
 // departed member is left on the host.
+//
+// As with every source given to WatchesRawSource (controller-runtime's
+// source.Kind too), the builder's WithEventFilter does not reach it: pass
+// the predicates that should filter host events here, as source.Kind
+// takes them.
 func HostKind(srv *Server, obj client.Object, h handler.EventHandler, preds ...predicate.Predicate) source.SyncingSource {
 	return &hostKind{srv: srv, obj: obj, h: h, preds: preds, started: make(chan struct{})}
 }
