@@ -72,9 +72,12 @@
 // retried. A 403 on one kind is a missing RBAC rule: it is recorded in
 // Status, and the member's other controllers carry on.
 //
-// Members run only while the host Manager leads: with leader election on,
-// a standby Server keeps its members Pending until it takes over, and a
-// Server that loses its lease stops every member before Start returns.
+// With leader election on, every replica runs its members' caches and
+// the runnables that need no leader election, so reads through the fan-out
+// client and webhooks work on a standby and a new leader starts warm; the
+// members' controllers start once the host Manager is elected
+// (Options.ColdStandby: members run only while it leads). A Server that
+// loses its lease stops every member before Start returns.
 //
 // Member Managers serve no metrics, probes, pprof or webhooks of their own
 // and elect no leader. On a member's Manager, AddHealthzCheck,
