@@ -96,8 +96,8 @@ func (r *seqRecorder) writeAck(ctx context.Context, key types.NamespacedName, se
 		ObjectMeta: metav1.ObjectMeta{Name: key.Name + "-ack", Namespace: key.Namespace},
 		Data:       map[string]string{"seq": strconv.Itoa(seq)},
 	}
-	// One request per reconcile once the ack exists: a member reached
-	// through a plain kubeconfig has client-go's default 5 QPS.
+	// One request per reconcile once the ack exists: a Patch, falling back
+	// to a Create the first time.
 	patch := fmt.Appendf(nil, `{"data":{"seq":%q}}`, strconv.Itoa(seq))
 	err := r.cl.Patch(ctx, ack.DeepCopy(), client.RawPatch(types.MergePatchType, patch))
 	if !apierrors.IsNotFound(err) {
