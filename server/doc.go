@@ -97,12 +97,11 @@
 // NewServer, with controller-runtime's meaning (nil is 30s, zero does not
 // wait, negative waits as long as it takes).
 //
-// A member's informers hand each event to their handlers in the goroutine
-// that watches, in the order client-go's informers would, without
-// client-go's per-handler buffers and their goroutines. controller-runtime's
-// handlers only enqueue; an event handler of your own (a map function of
-// Watches, say) must not block, or it holds up the kind's other handlers in
-// that cluster. Options.ClientGoInformers gives members client-go's
+// A member's informers queue each event per handler, in the order
+// client-go's informers would, with a delivery goroutine only while a
+// handler has events waiting: a slow handler (a map function of Watches
+// that makes an uncached call, say) holds up no other handler of the kind
+// nor the cache. Options.ClientGoInformers gives members client-go's
 // informers; a cache.Options.NewInformer of yours is used either way.
 //
 // # Status and metrics
