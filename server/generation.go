@@ -175,7 +175,7 @@ func (g *generation) attempt() (wasReady bool, err error) {
 	}
 	defer lease.Release()
 	cfg := lease.Config
-	// limitRate(cfg, e.opts)
+	limitRate(cfg, e.opts)
 	actx, cancel := context.WithCancel(g.ctx)
 	defer cancel()
 	end := &stopper{ctx: actx, cancel: cancel, cfg: cfg}
