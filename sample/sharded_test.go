@@ -184,6 +184,7 @@ type shardRun struct {
 	pins     map[string]string
 	names    []string
 	member   map[string]client.Client // cluster name → its member's admin client
+	memberOf map[string]string        // cluster name → its member's name in the fleet
 	args     []string                 // every replica's flags but its identity and metrics
 	replicas map[string]*process
 	metrics  map[string]string
@@ -201,7 +202,7 @@ func newShardRun(t *testing.T, f *test.Fleet, n int) *shardRun {
 	// (-count) are not this run's peers.
 	run := test.NamespaceName(t)
 	f.CreateNamespace(t, run)
-	s := &shardRun{t: t, run: run, member: map[string]client.Client{}, replicas: map[string]*process{},
+	s := &shardRun{t: t, run: run, member: map[string]client.Client{}, memberOf: map[string]string{}, replicas: map[string]*process{},
 		metrics: map[string]string{}, deadAt: map[string]time.Time{}, witness: map[string]*witnessLog{}}
 	kc := clientcmdapi.NewConfig()
 	members := []string{"m1", "m2"}
@@ -221,6 +222,7 @@ func newShardRun(t *testing.T, f *test.Fleet, n int) *shardRun {
 		}
 		s.names = append(s.names, name)
 		s.member[name] = c
+		s.memberOf[name] = m
 	}
 	kc.CurrentContext = s.names[0]
 	// Pinned to r3, which lives through every step but the last.
@@ -251,8 +253,17 @@ func newShardRun(t *testing.T, f *test.Fleet, n int) *shardRun {
 
 func (s *shardRun) start(id string) {
 	s.t.Helper()
+	s.startWith(id)
+}
+
+// startWith starts replica id with extra flags after the run's own: a
+// flag given twice takes its last value, so extra may override the run's
+// timings.
+func (s *shardRun) startWith(id string, extra ...string) {
+	s.t.Helper()
 	s.metrics[id] = freeAddr(s.t)
 	args := append(slices.Clone(s.args), "--shard-identity", id, "--metrics-bind-address", s.metrics[id])
+	args = append(args, extra...)
 	p := startCmd(s.t, "sharded "+id, exec.Command(filepath.Join(bin, "sharded"), args...))
 	s.replicas[id] = p
 	s.witness[id] = &witnessLog{p: p}
