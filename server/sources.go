@@ -143,6 +143,54 @@ func (k *fleetKind) attach(ctx context.Context, q workqueue.TypedRateLimitingInt
 	return &fleetAttachment{mgr: mgr, cancel: cancel}
 }
 
+// HostObject stands for obj's kind in the host cluster, for the builder's
+// Watches in a member controller: the events of host objects of that kind
+// (through the host Manager's cache, shared with the host's controllers)
+// reach the handler after the builder's WithEventFilter predicates and the
+// watch's own WithPredicates, as every other watch of the controller:
+//
+//	srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
+//		return ctrl.NewControllerManagedBy(mgr).
+//			For(&corev1.ConfigMap{}).
+//			WithEventFilter(predicate.GenerationChangedPredicate{}).
+//			Watches(server.HostObject(srv, &v1.Policy{}), handler.EnqueueRequestsFromMapFunc(mapFn)).
+//			Complete(r)
+//	})
+//
+// The member's cache hands out the host's informer for it, so this works
+// with any source.Kind made from the member Manager's cache. The ctx the
+// handler gets names the member whose controller the event is for. The
+// handler is removed from the host informer when the member stops or
+// restarts, so nothing of a departed member is left on the host.
+//
+// It is meant for Watches only: For, Owns and WatchesMetadata need the
+// object's own kind, and the member's cache refuses an index on it (index
+// host kinds with the host Manager's IndexField). A nil srv or obj gives a
+// nil object, which the controller refuses when it starts.
+func HostObject(srv *Server, obj client.Object) client.Object {
+	if srv == nil || obj == nil {
+		return nil
+	}
+	return &hostObject{Object: obj, srv: srv}
+}
+
+// hostObject is a host kind as a member's cache recognises it.
+type hostObject struct {
+	client.Object
+	srv *Server
+}
+
+var _ membermgr.ServedElsewhere = &hostObject{}
+
+// InformerElsewhere returns the host cache's informer of the kind.
+func (o *hostObject) InformerElsewhere(ctx context.Context, opts ...cache.InformerGetOption) (cache.Informer, error) {
+	inf, err := o.srv.host.GetCache().GetInformer(ctx, o.Object, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("host kind %T: %w", o.Object, err)
+	}
+	return inf, nil
+}
+
 // HostKind returns a source for a controller of a member: it delivers the
 // events of obj's kind in the host cluster (through the host Manager's
 // cache, shared with the host's controllers) to h, after the predicates,
@@ -165,7 +213,8 @@ func (k *fleetKind) attach(ctx context.Context, q workqueue.TypedRateLimitingInt
 // As with every source given to WatchesRawSource (controller-runtime's
 // source.Kind too), the builder's WithEventFilter does not reach it: pass
 // the predicates that should filter host events here, as source.Kind
-// takes them.
+// takes them — or use Watches(HostObject(srv, obj), h), which the
+// builder's predicates reach.
 func HostKind(srv *Server, obj client.Object, h handler.EventHandler, preds ...predicate.Predicate) source.SyncingSource {
 	return &hostKind{srv: srv, obj: obj, h: h, preds: preds, started: make(chan struct{})}
 }

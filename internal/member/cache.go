@@ -244,6 +244,13 @@ func (c *syncNotifyingCache) wrap(ctx context.Context, i cache.Informer, err err
 // the kind (see latekind.go).
 func (c *syncNotifyingCache) GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error) {
 	nb := append(slices.Clip(opts), cache.BlockUntilSynced(false))
+	if e, ok := obj.(ServedElsewhere); ok {
+		i, err := e.InformerElsewhere(ctx, nb...)
+		if err == nil {
+			i = &borrowedInformer{Informer: i, lifetime: c.lifetime}
+		}
+		return c.wrap(ctx, i, err, blocking(opts))
+	}
 	get := func() (cache.Informer, error) { return c.Cache.GetInformer(ctx, obj, nb...) }
 	i, err := get()
 	if w := waiterFrom(ctx); w != nil && meta.IsNoMatchError(err) {
