@@ -2,14 +2,11 @@ package server
 
 import (
 	"context"
-	"errors"
-	"sync"
 
-	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	"github.com/mccr-dev/mccr/known"
+	"github.com/mccr-dev/mccr/internal/fleetsource"
 )
 
 // ClusterEventType is what happened to a member.
@@ -58,46 +55,41 @@ type ClusterEvent struct {
 // fleet when told (a fleet-wide List, say) reads the new state, not the one
 // before. The fleet may have moved on again by then; a later event follows.
 func ClusterEvents(srv *Server, fn func(ctx context.Context, ev ClusterEvent) []reconcile.Request) source.Source {
-	return &clusterEvents{srv: srv, fn: fn}
+	var feed *fleetsource.Feed
+	if srv != nil {
+		feed = &srv.feed.Feed
+	}
+	var told func(context.Context, fleetsource.Member) []reconcile.Request
+	if fn != nil {
+		told = func(ctx context.Context, m fleetsource.Member) []reconcile.Request {
+			ev, ok := clusterEvent(m)
+			if !ok {
+				return nil
+			}
+			return fn(ctx, ev)
+		}
+	}
+	return fleetsource.ClusterEvents(feed, told)
 }
 
-type clusterEvents struct {
-	srv  *Server
-	fn   func(context.Context, ClusterEvent) []reconcile.Request
-	once sync.Once
-}
-
-func (c *clusterEvents) String() string { return "cluster events source" }
-
-// Start follows the fleet until ctx ends.
-func (c *clusterEvents) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-	if c.srv == nil || c.fn == nil {
-		return errors.New("server.ClusterEvents: the Server and function must not be nil")
+// clusterEvent is what a member's new state tells a host controller, if
+// anything: Pending, Starting, Syncing and Stopping are steps on the way,
+// not news.
+func clusterEvent(m fleetsource.Member) (ClusterEvent, bool) {
+	ev := ClusterEvent{Cluster: m.Name, Err: m.Err}
+	switch {
+	case m.Left:
+		ev.Type, ev.Err = ClusterLeft, nil
+	case Phase(m.Phase) == PhaseReady:
+		ev.Type, ev.Err = ClusterReady, nil
+	case Phase(m.Phase) == PhaseUnreachable:
+		ev.Type = ClusterUnreachable
+	case Phase(m.Phase) == PhaseFailed:
+		ev.Type = ClusterFailed
+	case Phase(m.Phase) == PhaseElsewhere:
+		ev.Type, ev.Err = ClusterElsewhere, nil
+	default:
+		return ClusterEvent{}, false
 	}
-	first := false
-	c.once.Do(func() { first = true })
-	if !first {
-		return errSourceStarted
-	}
-	c.srv.feed.subscribe(ctx, func(st memberState) {
-		ev := ClusterEvent{Cluster: st.name, Err: st.err}
-		switch {
-		case st.left:
-			ev.Type, ev.Err = ClusterLeft, nil
-		case st.phase == PhaseReady:
-			ev.Type, ev.Err = ClusterReady, nil
-		case st.phase == PhaseUnreachable:
-			ev.Type = ClusterUnreachable
-		case st.phase == PhaseFailed:
-			ev.Type = ClusterFailed
-		case st.phase == PhaseElsewhere:
-			ev.Type, ev.Err = ClusterElsewhere, nil
-		default:
-			return
-		}
-		for _, req := range c.fn(known.WithCluster(ctx, st.name), ev) {
-			q.Add(req)
-		}
-	}, nil)
-	return nil
+	return ev, true
 }

@@ -194,7 +194,7 @@ func TestFleetKindFollowsTheFleet(t *testing.T) {
 	// Nothing of the source is left running for the members that came
 	// and went (its attach work ends once the handler is on the informer).
 	test.Eventually(t, 10*time.Second, "no fleet source goroutine left", func() bool {
-		return stacksWith("server.(*fleetKind)") == 0
+		return stacksWith("fleetsource.(*fleetKind)") == 0
 	})
 	log.mu.Lock()
 	if log.bad > 0 {

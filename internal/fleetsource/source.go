@@ -1,7 +1,9 @@
-package server
+package fleetsource
 
 import (
 	"context"
+	"errors"
+	"sync"
 
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -12,10 +14,27 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
+// ErrStarted is returned by a second Start of one source: like
+// controller-runtime's sources, each serves one controller.
+var ErrStarted = errors.New("source already started; make one per controller")
+
+// startOnce lets a source start once.
+type startOnce struct{ once sync.Once }
+
+// first is nil for the first call and ErrStarted after.
+func (s *startOnce) first() error {
+	first := false
+	s.once.Do(func() { first = true })
+	if !first {
+		return ErrStarted
+	}
+	return nil
+}
+
 // informerHandler turns an informer's notifications into calls of a
 // controller-runtime event handler, after the predicates, as
-// controller-runtime's Kind source does. ctx is what the handler gets: for
-// the fleet sources, it names the cluster the object is in.
+// controller-runtime's Kind source does. ctx is what the handler gets: it
+// names the cluster the event is about.
 func informerHandler(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], h handler.EventHandler, preds []predicate.Predicate) toolscache.ResourceEventHandler {
 	return toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
