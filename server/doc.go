@@ -129,9 +129,10 @@
 //
 // Three sources connect the host and the members. FleetKind gives a
 // controller on the host Manager the events of one kind from every member,
-// the member named in the handler's ctx. HostKind gives a member's
-// controller the events of a host kind, so that a host object enqueues work
-// in each member. ClusterEvents tells a host controller when a member
+// the member named in the handler's ctx. HostObject gives a member's
+// controller the events of a host kind through the builder's Watches (its
+// WithEventFilter and predicates apply), so that a host object enqueues
+// work in each member; HostKind is the same as a raw source. ClusterEvents tells a host controller when a member
 // becomes Ready, Unreachable or Failed, or leaves the fleet. Each follows
 // the fleet as it changes and leaves nothing behind of a member that left.
 //
