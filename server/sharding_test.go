@@ -241,6 +241,28 @@ func (h *shardHarness) noDoubles() {
 	}
 }
 
+// agreed reports whether every replica's Status says what the recorder
+// saw: its own clusters Ready, the others Elsewhere with their runner as
+// owner. Handovers go on for a moment after the loads first look right.
+func agreed(replicas map[string]replica, names []string, owners map[string][]string) bool {
+	for id, r := range replicas {
+		for _, n := range names {
+			st, err := r.srv.Status(n)
+			if err != nil || len(owners[n]) != 1 {
+				return false
+			}
+			if owners[n][0] == id {
+				if st.Phase != server.PhaseReady || st.Owner != "" {
+					return false
+				}
+			} else if st.Phase != server.PhaseElsewhere || st.Owner != owners[n][0] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // TestShardingSplitsTheFleet runs three replicas of one program in this
 // process, sharing 12 clusters: each cluster runs on exactly one replica,
 // the others say who runs it, a replica that stops gracefully hands its
@@ -269,7 +291,8 @@ func TestShardingSplitsTheFleet(t *testing.T) {
 				load[rs[0]]++
 			}
 		}
-		return len(load) == 3 && load["r1"]+load["r2"]+load["r3"] == 12 && max(load["r1"], load["r2"], load["r3"]) <= 5
+		return len(load) == 3 && load["r1"]+load["r2"]+load["r3"] == 12 && max(load["r1"], load["r2"], load["r3"]) <= 5 &&
+			agreed(replicas, names, w.owners())
 	})
 	t.Logf("figure: sharding in process: 12 clusters over 3 replicas: %v", load)
 	for id, n := range load {
