@@ -6,6 +6,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
@@ -155,6 +156,14 @@ func (c *cache) putLocked(l *coordinationv1.Lease, watched bool) (changed bool) 
 			old.watched = old.watched || watched
 			return false
 		}
+		if !old.gone && older(l, old.lease) {
+			// A write's answer that arrives after the watch delivered a
+			// later write (another replica's take of a Lease this one just
+			// released, say): the later version stands. Replacing it would
+			// make this replica's next write conflict, and its judgement
+			// of the holder start over.
+			return false
+		}
 		if old.rec == e.rec {
 			e.since = old.since
 		}
@@ -164,6 +173,18 @@ func (c *cache) putLocked(l *coordinationv1.Lease, watched bool) (changed bool) 
 	}
 	c.entries[l.Name] = e
 	return true
+}
+
+// older reports whether l is an earlier version of the same Lease than
+// cur: same UID, and a resourceVersion that compares lower (API servers
+// backed by etcd give integers, comparable as Kubernetes allows for one
+// object). Versions that do not compare are never called older.
+func older(l, cur *coordinationv1.Lease) bool {
+	if l.UID != cur.UID {
+		return false
+	}
+	cmp, err := resourceversion.CompareResourceVersion(l.ResourceVersion, cur.ResourceVersion)
+	return err == nil && cmp < 0
 }
 
 func (c *cache) supersedeLocked(name, rv string) {
@@ -249,12 +270,15 @@ func (c *cache) touch() {
 	c.lastEvent = c.clock.Now()
 }
 
-// prune drops the tombstones of replicas whose claims have ended.
+// prune drops the tombstones of replicas whose claims ended a declared
+// duration ago: kept that long after the claim itself, a tombstone still
+// tells when a replica that died last renewed, for the time its clusters
+// went unowned.
 func (c *cache) prune(now time.Time, fallback time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for name, e := range c.entries {
-		if e.gone && e.expired(now, fallback) {
+		if e.gone && !now.Before(e.since.Add(2*e.declared(fallback))) {
 			delete(c.entries, name)
 		}
 	}

@@ -66,7 +66,7 @@ func (c *Coordinator) settle(ctx context.Context, name string, snap map[string]e
 		c.claims[name] = cl
 	}
 	defer func() {
-		if !cl.running && cl.stopping == nil && cl.lastRV == "" && !cl.pending {
+		if !cl.running && cl.stopping == nil && cl.lastRV == "" && !cl.pending && cl.waiting == "" {
 			delete(c.claims, name)
 		}
 	}()
@@ -77,6 +77,9 @@ func (c *Coordinator) settle(ctx context.Context, name string, snap map[string]e
 		return // not this cluster's Lease, whatever its name says: leave it alone
 	}
 	want := run && desired && owner == c.o.Identity
+	if !want {
+		cl.waiting = "" // not assigned here (any more): nothing to wait for
+	}
 
 	if cl.running && !want {
 		c.log.V(1).Info("sharding: letting go of cluster", "cluster", name, "to", owner)

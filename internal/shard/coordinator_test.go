@@ -166,10 +166,14 @@ func TestSimHostileClusterLease(t *testing.T) {
 		}
 	}
 	s.store.put(hostile())
-	s.add("a", defaultTiming, Options{})
+	a := s.add("a", defaultTiming, Options{})
 	took := s.until(30*time.Second, "a runs the cluster", s.settled)
 	if took < 15*time.Second {
 		t.Errorf("a took a Lease held by another holder after %s, before its declared 15 s", took)
+	}
+	// Why it waited is said once per reason, not at every step.
+	if n := a.lines.count("does not run yet"); n == 0 || n > 3 {
+		t.Errorf("a said %d times why the cluster does not run yet while it waited 15 s, want 1 to 3", n)
 	}
 	// A GitOps tool applies the copy every 3 s for a minute; a lagging
 	// view sees it too.

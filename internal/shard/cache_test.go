@@ -1,0 +1,80 @@
+package shard
+
+import (
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+)
+
+func versioned(l *coordinationv1.Lease, rv string) *coordinationv1.Lease {
+	l = l.DeepCopy()
+	l.UID, l.ResourceVersion = "uid-1", rv
+	return l
+}
+
+// TestCacheKeepsTheLaterVersion: a write's answer that arrives after the
+// watch delivered a later version of the Lease (another replica took the
+// Lease this one released) does not replace it, whichever way the two
+// arrive; nor does a relist that lags.
+func TestCacheKeepsTheLaterVersion(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := newCache(clk, "fleet", time.Second, nil)
+	released := versioned(groupLease("c1", ""), "100")
+	taken := versioned(groupLease("c1", "b"), "105")
+
+	c.watched(released)
+	c.watched(taken)
+	c.fresh(released) // the release's answer, late
+	if e, _ := c.get("c1"); e.lease.ResourceVersion != "105" || e.rec.holder != "b" {
+		t.Fatalf("after a late write answer: holder %q at %s, want b at 105", e.rec.holder, e.lease.ResourceVersion)
+	}
+	c.relist([]coordinationv1.Lease{*released})
+	if e, ok := c.get("c1"); ok && e.lease.ResourceVersion != "105" {
+		t.Fatalf("after a lagging relist: version %s, want 105 (or none)", e.lease.ResourceVersion)
+	}
+
+	// The answer first and the watch after: the later version wins too.
+	c2 := newCache(clk, "fleet", time.Second, nil)
+	c2.fresh(taken)
+	c2.watched(released)
+	if e, _ := c2.get("c1"); e.lease.ResourceVersion != "105" {
+		t.Fatalf("a lagging watch replaced a write's answer: version %s, want 105", e.lease.ResourceVersion)
+	}
+
+	// A Lease deleted and created again (another UID) is not compared.
+	again := versioned(groupLease("c1", "c"), "90")
+	again.UID = "uid-2"
+	c2.fresh(again)
+	if e, _ := c2.get("c1"); e.rec.holder != "c" {
+		t.Fatalf("a new Lease of the same name was refused: holder %q", e.rec.holder)
+	}
+}
+
+// TestTombstoneTellsTheLastRenewal: the Lease of a replica that died and
+// was removed still tells, for a while after its claim ended, when it last
+// renewed: the time its clusters went unowned counts from then.
+func TestTombstoneTellsTheLastRenewal(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := newCache(clk, "fleet", time.Second, nil)
+	renewed := clk.Now()
+	l := versioned(groupLease(ReplicaLeaseName("fleet", "a"), "a"), "7")
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(8))
+	l.Spec.RenewTime = &metav1.MicroTime{Time: renewed}
+	c.watched(l)
+	clk.Step(9 * time.Second) // its claim ended; a survivor removes its Lease
+	c.watchedDelete(l)
+	c.prune(clk.Now(), 8*time.Second)
+	e, ok := c.get(l.Name)
+	if !ok || !e.gone || !e.rec.renew.Equal(renewed) {
+		t.Fatalf("tombstone right after the delete: %+v (present %v), want its last renewal", e.rec, ok)
+	}
+	clk.Step(8 * time.Second)
+	c.prune(clk.Now(), 8*time.Second)
+	if _, ok := c.get(l.Name); ok {
+		t.Fatal("tombstone kept past twice its declared duration")
+	}
+}
