@@ -89,4 +89,15 @@ type ClusterStatus struct {
 	// other controllers run; each waiting controller starts within seconds
 	// of its kind being served, without a restart.
 	WaitingFor []string
+	// Reachable is whether the member's API server answered its last
+	// reachability probe (Options.ReachProbeInterval). A probe runs through
+	// the member's own transport whether or not any watch is open, so a
+	// silent API server is noticed even by a member that watches nothing.
+	// False until the first probe of a running member.
+	Reachable bool
+	// LastProbe is when the last probe finished (zero before the first),
+	// and ProbeLatency how long it took (up to Options.ReachProbeTimeout
+	// when it got no answer).
+	LastProbe    time.Time
+	ProbeLatency time.Duration
 }
