@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/server"
@@ -62,4 +63,31 @@ func unreachable(t testing.TB, name string) *config.NamedConfig {
 		t.Fatal(err)
 	}
 	return nc
+}
+
+// metricValue reads from controller-runtime's registry the value of the
+// counter or gauge name whose label has value (-1: no such series).
+func metricValue(t *testing.T, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() != label || l.GetValue() != value {
+					continue
+				}
+				if c := m.GetCounter(); c != nil {
+					return c.GetValue()
+				}
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
 }

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/mccr-dev/mccr/config"
@@ -48,29 +47,6 @@ next:
 		out = append(out, line)
 	}
 	return out
-}
-
-// counterValue reads a counter's value for a cluster from
-// controller-runtime's registry (-1: no such series).
-func counterValue(t *testing.T, name, cluster string) float64 {
-	t.Helper()
-	mfs, err := crmetrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "cluster" && l.GetValue() == cluster {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return -1
 }
 
 // setupServer starts a Server whose retries come quickly, logging to log.
@@ -145,7 +121,7 @@ func TestSetupErrorsSurface(t *testing.T) {
 		if strings.Contains(msg, "hunter2") {
 			t.Errorf("%s: LastError holds the credential: %q", name, msg)
 		}
-		if n := counterValue(t, "mccr_cluster_setup_errors_total", name); n < 3 {
+		if n := metricValue(t, "mccr_cluster_setup_errors_total", "cluster", name); n < 3 {
 			t.Errorf("%s: mccr_cluster_setup_errors_total = %v, want at least 3", name, n)
 		}
 		if got := log.matching("reconciler setup failed on this cluster", `"cluster"="`+name+`"`, `kind \"Widget\"`); len(got) == 0 {

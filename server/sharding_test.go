@@ -30,7 +30,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	mcclient "github.com/mccr-dev/mccr/client"
@@ -873,7 +872,7 @@ func TestShardingDuplicateIdentity(t *testing.T) {
 			t.Errorf("process %d of x logged nothing", i+1)
 		}
 	}
-	if v := gaugeValue(t, "mccr_shard_duplicate_identity", "x"); v != 1 {
+	if v := metricValue(t, "mccr_shard_duplicate_identity", "replica", "x"); v != 1 {
 		t.Errorf("mccr_shard_duplicate_identity{replica=x} = %v, want 1", v)
 	}
 	test.Eventually(t, 30*time.Second, "a Warning event on x's Lease", func() bool {
@@ -903,27 +902,4 @@ func TestShardingDuplicateIdentity(t *testing.T) {
 			t.Error(err)
 		}
 	}
-}
-
-// gaugeValue reads a gauge's value for a replica from controller-runtime's
-// registry.
-func gaugeValue(t *testing.T, name, replica string) float64 {
-	t.Helper()
-	mfs, err := crmetrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "replica" && l.GetValue() == replica {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return -1
 }
