@@ -1,0 +1,227 @@
+package server
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/mccr-dev/mccr/internal/fleetz"
+)
+
+// The fleet page (Options.FleetPage) is served on the host Manager's
+// metrics server, next to /metrics: it is a debugging view, off by default
+// as controller-runtime's pprof is, and reachable by whoever can reach the
+// metrics port — behind the same metricsserver.Options.FilterProvider
+// (authentication and authorization) and SecureServing when they are set,
+// since controller-runtime wraps every extra handler in that filter.
+const (
+	fleetPagePath = "/fleetz"
+	fleetJSONPath = "/fleetz.json"
+	// fleetRefresh is how often the HTML page reloads itself.
+	fleetRefresh = 10 * time.Second
+)
+
+// phaseOrder lists the phases in lifecycle order: the summary counts and
+// the phase sort follow it.
+var phaseOrder = []Phase{PhasePending, PhaseStarting, PhaseSyncing, PhaseReady, PhaseUnreachable, PhaseFailed, PhaseStopping, PhaseStopped, PhaseElsewhere}
+
+func (s *Server) mountFleetPage() error {
+	h := &fleetPage{s: s}
+	if err := s.host.AddMetricsServerExtraHandler(fleetPagePath, http.HandlerFunc(h.serveHTML)); err != nil {
+		return err
+	}
+	return s.host.AddMetricsServerExtraHandler(fleetJSONPath, http.HandlerFunc(h.serveJSON))
+}
+
+// fleetPage serves the page. It keeps nothing about clusters: each view
+// reads Statuses (the clusters' own records) and the mccr_reconcile_
+// series afresh; the only state is the earlier reading of the counters
+// that rates are measured against.
+type fleetPage struct {
+	s     *Server
+	rates rateBase
+}
+
+func (h *fleetPage) serveHTML(w http.ResponseWriter, r *http.Request) {
+	h.serve(w, r, "text/html; charset=utf-8", fleetz.WriteHTML)
+}
+
+func (h *fleetPage) serveJSON(w http.ResponseWriter, r *http.Request) {
+	h.serve(w, r, "application/json", fleetz.WriteJSON)
+}
+
+func (h *fleetPage) serve(w http.ResponseWriter, r *http.Request, contentType string, write func(io.Writer, *fleetz.Page) error) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	q := r.URL.Query()
+	p := h.page(time.Now(), q.Get("phase"), q.Get("sort"))
+	var buf bytes.Buffer
+	if err := write(&buf, p); err != nil {
+		http.Error(w, "rendering the fleet page: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	hdr := w.Header()
+	hdr.Set("Content-Type", contentType)
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	// Escaping keeps outside names from becoming markup; this keeps any
+	// markup from running or loading anything, should escaping ever fail.
+	hdr.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; form-action 'none'")
+	if r.Method == http.MethodHead {
+		return
+	}
+	_, _ = w.Write(buf.Bytes())
+}
+
+// page gathers one view of the fleet at now.
+func (h *fleetPage) page(now time.Time, phase, sortBy string) *fleetz.Page {
+	statuses := h.s.Statuses()
+	counts := readReconcileCounts()
+	window, rates := h.rates.rates(now, counts)
+
+	p := &fleetz.Page{
+		Generated:  now,
+		Replica:    h.s.replica(),
+		Total:      len(statuses),
+		RateWindow: fleetz.Duration(window),
+		Phase:      phase,
+		Refresh:    fleetz.Duration(fleetRefresh),
+	}
+	perPhase := make(map[Phase]int, len(phaseOrder))
+	rows := make([]fleetz.Cluster, 0, len(statuses))
+	for _, st := range statuses {
+		perPhase[st.Phase]++
+		if phase != "" && string(st.Phase) != phase {
+			continue
+		}
+		rows = append(rows, clusterRow(st, counts.byCluster[st.Name], rates))
+	}
+	for _, ph := range phaseOrder {
+		if n := perPhase[ph]; n > 0 {
+			p.Phases = append(p.Phases, fleetz.PhaseCount{Phase: string(ph), Count: n})
+		}
+	}
+	names := make([]string, len(phaseOrder))
+	for i, ph := range phaseOrder {
+		names[i] = string(ph)
+	}
+	p.Clusters, p.Sort = fleetz.Select(rows, "", sortBy, names)
+	p.Controllers = controllerTotals(counts, rates, readQueueDepths())
+	return p
+}
+
+func clusterRow(st ClusterStatus, ctrls map[string]reconcileCount, rates map[seriesKey]float64) fleetz.Cluster {
+	row := fleetz.Cluster{
+		Name:        st.Name,
+		Phase:       string(st.Phase),
+		Since:       st.Since,
+		Source:      st.Source.String(),
+		Owner:       st.Owner,
+		NextRetry:   st.NextRetry,
+		Failures:    st.Failures,
+		Restarts:    st.Restarts,
+		TimeToReady: fleetz.Duration(st.TimeToReady),
+		WaitingFor:  st.WaitingFor,
+		Properties:  st.Properties,
+	}
+	row.Reachable, row.LastProbe = reachability(st)
+	if st.LastError != nil {
+		row.LastError = st.LastError.Error() // redacted by the cluster record
+	}
+	for _, name := range sortedKeys(ctrls) {
+		c := ctrls[name]
+		cs := fleetz.ControllerStat{Name: name, Reconciles: c.total, Errors: c.errors}
+		if r, ok := rates[seriesKey{st.Name, name}]; ok {
+			cs.Rate = &r
+		}
+		row.Controllers = append(row.Controllers, cs)
+	}
+	return row
+}
+
+// reachability says whether the member's API server answers, as far as
+// its phase tells: a Ready or Syncing member's does, an Unreachable one's
+// does not, and other phases do not say.
+func reachability(st ClusterStatus) (string, time.Time) {
+	switch st.Phase {
+	case PhaseReady, PhaseSyncing:
+		return "yes", time.Time{}
+	case PhaseUnreachable:
+		return "no", time.Time{}
+	}
+	return "unknown", time.Time{}
+}
+
+// replica says what this process is in the fleet.
+func (s *Server) replica() fleetz.Replica {
+	switch {
+	case s.env.sharded:
+		return fleetz.Replica{Role: "shard", Identity: s.env.opts.Sharding.Identity}
+	case !s.env.memberOpts.LeaderElection:
+		return fleetz.Replica{Role: "single"}
+	}
+	select {
+	case <-s.host.Elected():
+		return fleetz.Replica{Role: "leader"}
+	default:
+		return fleetz.Replica{Role: "standby"}
+	}
+}
+
+// rateBase is the reading of the reconcile counters that rates are
+// measured against. It is replaced once it is older than rateMaxWindow, so
+// a rate covers between one page refresh and rateMaxWindow plus one.
+type rateBase struct {
+	mu     sync.Mutex
+	at     time.Time
+	totals map[seriesKey]float64
+}
+
+const (
+	rateMinWindow = time.Second
+	rateMaxWindow = 30 * time.Second
+)
+
+// rates returns each series' reconciles per second since the base reading
+// and the window they cover (zero, with no rates, when there is no base
+// reading old enough yet). A series that is new or went down since (its
+// cluster was deleted and added again) has no rate.
+func (b *rateBase) rates(now time.Time, cur reconcileCounts) (time.Duration, map[seriesKey]float64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var (
+		window time.Duration
+		out    map[seriesKey]float64
+	)
+	if b.totals != nil {
+		window = now.Sub(b.at)
+		if window >= rateMinWindow {
+			out = make(map[seriesKey]float64, len(cur.byCluster))
+			for cl, ctrls := range cur.byCluster {
+				for ctrl, c := range ctrls {
+					k := seriesKey{cl, ctrl}
+					if was, ok := b.totals[k]; ok && c.total >= was {
+						out[k] = (c.total - was) / window.Seconds()
+					}
+				}
+			}
+		} else {
+			window = 0
+		}
+	}
+	if b.totals == nil || now.Sub(b.at) >= rateMaxWindow {
+		b.at = now
+		b.totals = make(map[seriesKey]float64, len(cur.byCluster))
+		for cl, ctrls := range cur.byCluster {
+			for ctrl, c := range ctrls {
+				b.totals[seriesKey{cl, ctrl}] = c.total
+			}
+		}
+	}
+	return window, out
+}

@@ -1,0 +1,240 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/internal/fleetz"
+)
+
+// unstartedServer is a Server that is never started: Add only records the
+// members (Pending), which is all the page needs to read.
+func unstartedServer(t testing.TB) *Server {
+	t.Helper()
+	srv, err := NewServer(&rest.Config{Host: "https://127.0.0.1:1"}, ctrl.Options{
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.releaseHost)
+	return srv
+}
+
+func addNamed(t testing.TB, srv *Server, name, file string) {
+	t.Helper()
+	nc := config.NewNamedConfig(name, &rest.Config{Host: "https://127.0.0.1:1", BearerToken: "hunter2"})
+	nc.Source = config.Source{File: file, Context: name}
+	if err := srv.Add(nc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Delete(name) })
+}
+
+func get(t *testing.T, h http.HandlerFunc, target string) (*http.Response, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h(rec, httptest.NewRequest(http.MethodGet, target, nil))
+	res := rec.Result()
+	body, _ := io.ReadAll(res.Body)
+	return res, string(body)
+}
+
+// TestFleetPageReadsTheClusterRecords fills the page from members whose
+// names try to become markup, one of them Failed with an error that
+// carries a token, and checks the JSON against Statuses, the HTML's
+// escaping, the filter and the orders.
+func TestFleetPageReadsTheClusterRecords(t *testing.T) {
+	srv := unstartedServer(t)
+	names := []string{`<script>alert(1)</script>`, `quo"te's & ünï ☸`, "plain"}
+	for _, n := range names {
+		addNamed(t, srv, n, "/fleet/"+n+".kubeconfig")
+	}
+	// The failure goes through the record, as a generation reports it.
+	failing := srv.clusters.get("plain")
+	failing.setPhase(nil, PhaseFailed, errors.New(`Get "https://x/api?token=hunter2": <b>refused</b>`))
+	clusterSeries{name: names[0]}.reconciled("widgets", "success", time.Millisecond)
+	clusterSeries{name: names[0]}.reconciled("widgets", "error", time.Millisecond)
+	h := &fleetPage{s: srv}
+
+	res, body := get(t, h.serveJSON, "/fleetz.json")
+	if ct := res.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	var p struct {
+		Replica  fleetz.Replica
+		Total    int
+		Phases   []fleetz.PhaseCount
+		Clusters []struct {
+			Name, Phase, Source, LastError, Reachable string
+			Since                                     time.Time
+			Controllers                               []fleetz.ControllerStat
+		}
+		Controllers []fleetz.ControllerTotals
+	}
+	if err := json.Unmarshal([]byte(body), &p); err != nil {
+		t.Fatalf("%v\n%s", err, body)
+	}
+	statuses := srv.Statuses()
+	if p.Total != len(statuses) || len(p.Clusters) != len(statuses) {
+		t.Fatalf("total %d, %d rows; Statuses has %d", p.Total, len(p.Clusters), len(statuses))
+	}
+	for i, st := range statuses { // same order: by name
+		c := p.Clusters[i]
+		wantErr := ""
+		if st.LastError != nil {
+			wantErr = st.LastError.Error()
+		}
+		if c.Name != st.Name || c.Phase != string(st.Phase) || !c.Since.Equal(st.Since) || c.Source != st.Source.String() || c.LastError != wantErr {
+			t.Errorf("row %d = %+v, Status = %+v", i, c, st)
+		}
+	}
+	if strings.Contains(body, "hunter2") {
+		t.Errorf("the page shows the token:\n%s", body)
+	}
+	if p.Replica.Role != "single" {
+		t.Errorf("role %q, want single (no leader election)", p.Replica.Role)
+	}
+	wantPhases := []fleetz.PhaseCount{{Phase: "Pending", Count: 2}, {Phase: "Failed", Count: 1}}
+	if fmt.Sprint(p.Phases) != fmt.Sprint(wantPhases) {
+		t.Errorf("phases %v, want %v", p.Phases, wantPhases)
+	}
+	for _, c := range p.Clusters {
+		if c.Name == names[0] && (len(c.Controllers) != 1 || c.Controllers[0].Reconciles != 2 || c.Controllers[0].Errors != 1) {
+			t.Errorf("%s controllers %+v, want widgets with 2 reconciles, 1 error", c.Name, c.Controllers)
+		}
+	}
+	if len(p.Controllers) != 1 || p.Controllers[0].Name != "widgets" || p.Controllers[0].Reconciles != 2 {
+		t.Errorf("controller totals %+v", p.Controllers)
+	}
+
+	// The filter.
+	_, body = get(t, h.serveJSON, "/fleetz.json?phase=Failed")
+	var failed struct {
+		Clusters []struct{ Name, LastError string }
+	}
+	if err := json.Unmarshal([]byte(body), &failed); err != nil {
+		t.Fatal(err)
+	}
+	if len(failed.Clusters) != 1 || failed.Clusters[0].Name != "plain" || !strings.Contains(failed.Clusters[0].LastError, "<b>refused</b>") {
+		t.Errorf("?phase=Failed gave %+v", failed.Clusters)
+	}
+
+	// The HTML: every name as text, no markup from outside.
+	res, page := get(t, h.serveHTML, "/fleetz?sort=phase")
+	if ct := res.Header.Get("Content-Type"); ct != "text/html; charset=utf-8" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	if csp := res.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
+		t.Errorf("Content-Security-Policy %q", csp)
+	}
+	for _, bad := range []string{"<script>", "<b>refused"} {
+		if strings.Contains(page, bad) {
+			t.Errorf("HTML holds raw %q", bad)
+		}
+	}
+	text := html.UnescapeString(page)
+	for _, n := range names {
+		if !strings.Contains(text, `<td class="name">`+n+`</td>`) {
+			t.Errorf("no row shows %q as text", n)
+		}
+	}
+	if i, j := strings.Index(text, `data-phase="Pending"`), strings.Index(text, `data-phase="Failed"`); i < 0 || j < i {
+		t.Errorf("?sort=phase: Pending rows should come before Failed ones")
+	}
+	_, page = get(t, h.serveHTML, `/fleetz?phase="><script>alert(5)</script>`)
+	if strings.Contains(page, "<script>") {
+		t.Errorf("the echoed filter became markup")
+	}
+
+	rec := httptest.NewRecorder()
+	h.serveHTML(rec, httptest.NewRequest(http.MethodPost, "/fleetz", nil))
+	if rec.Code != http.StatusMethodNotAllowed {
+		t.Errorf("POST: %d", rec.Code)
+	}
+}
+
+// TestFleetPageRates measures rates between two readings of the counters.
+func TestFleetPageRates(t *testing.T) {
+	var b rateBase
+	t0 := time.Now()
+	counts := func(n float64) reconcileCounts {
+		rc := reconcileCounts{byCluster: map[string]map[string]reconcileCount{}}
+		rc.add("a", "c", n, 0)
+		return rc
+	}
+	if w, r := b.rates(t0, counts(10)); w != 0 || r != nil {
+		t.Errorf("first reading: window %s, rates %v; want none", w, r)
+	}
+	if w, r := b.rates(t0.Add(500*time.Millisecond), counts(11)); w != 0 || r != nil {
+		t.Errorf("too soon: window %s, rates %v; want none", w, r)
+	}
+	w, r := b.rates(t0.Add(10*time.Second), counts(30))
+	if w != 10*time.Second || r[seriesKey{"a", "c"}] != 2 {
+		t.Errorf("window %s, rates %v; want 10s, 2/s", w, r)
+	}
+	// A counter that went down (the member was deleted and added again)
+	// has no rate; the base is renewed after rateMaxWindow.
+	if _, r := b.rates(t0.Add(20*time.Second), counts(5)); len(r) != 0 {
+		t.Errorf("counter went down: rates %v", r)
+	}
+	b.rates(t0.Add(rateMaxWindow+time.Second), counts(100))
+	if w, r := b.rates(t0.Add(rateMaxWindow+11*time.Second), counts(150)); w != 10*time.Second || r[seriesKey{"a", "c"}] != 5 {
+		t.Errorf("after renewal: window %s, rates %v; want 10s, 5/s", w, r)
+	}
+}
+
+// BenchmarkFleetPage renders the page of 10,000 members (never started,
+// so Pending), two controllers each with reconcile series: Statuses, the
+// counters, and the HTML, as a request does.
+func BenchmarkFleetPage(b *testing.B) {
+	const n = 10000
+	srv := unstartedServer(b)
+	for i := range n {
+		name := fmt.Sprintf("cluster-%05d", i)
+		nc := config.NewNamedConfig(name, &rest.Config{Host: fmt.Sprintf("https://10.0.%d.%d:6443", i/250, i%250+1)})
+		nc.Source = config.Source{File: "/fleet/" + name + ".kubeconfig", Context: name}
+		if err := srv.Add(nc); err != nil {
+			b.Fatal(err)
+		}
+		s := clusterSeries{name: name}
+		s.reconciled("configmaps", "success", time.Millisecond)
+		s.reconciled("secrets", "error", time.Millisecond)
+	}
+	b.Cleanup(func() {
+		for i := range n {
+			srv.clusters.get(fmt.Sprintf("cluster-%05d", i)).series.forget()
+		}
+	})
+	h := &fleetPage{s: srv}
+	for _, path := range []string{"/fleetz", "/fleetz.json"} {
+		serve := h.serveHTML
+		if strings.HasSuffix(path, ".json") {
+			serve = h.serveJSON
+		}
+		b.Run(path, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				serve(rec, httptest.NewRequest(http.MethodGet, path, nil))
+				if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "cluster-09999") {
+					b.Fatalf("%d", rec.Code)
+				}
+				b.SetBytes(int64(rec.Body.Len()))
+			}
+		})
+	}
+}
