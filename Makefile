@@ -19,6 +19,10 @@ ASSETS_DEP :=
 endif
 export KUBEBUILDER_ASSETS := $(ASSETS)
 
+# PROGRESS runs a long step and prints a line whenever it has been quiet for
+# 30 s, so that no step of a first run is a silent minute.
+PROGRESS := $(CURDIR)/hack/progress.sh
+
 TEST_TIMEOUT ?= 40m
 TEST_FLAGS ?=
 # Each test package starts its own fleet of API servers; keep at most two
@@ -43,23 +47,34 @@ kubebins: $(ASSETS_DEP) ## Build kube-apiserver and etcd from Go modules (cached
 # Both binaries come from one wrapper module (hack/kubebins) whose replace
 # directives never reach the library's go.mod. Built into a temp dir and moved
 # into place, so an interrupted build never leaves a half-written binary cached.
+# `go build -v` names each package it compiles (about 2,200 from a cold
+# cache); hack/progress.sh counts them into a line every 30 s.
 $(KUBEBINS_DIR)/kube-apiserver $(KUBEBINS_DIR)/etcd &:
-	@echo ">> building kube-apiserver v$(K8S_VERSION) and etcd from Go modules (first run only, ~5 min on 2 cores)"
+	@echo ">> Building kube-apiserver v$(K8S_VERSION) and etcd v3.7.0 from Go modules into $(KUBEBINS_DIR)."
+	@echo "   This happens once: later runs reuse them (or KUBEBUILDER_ASSETS, when it holds both)."
+	@echo "   The first time it takes about 5-20 minutes on 2 cores (plus downloading ~130 MB of"
+	@echo "   modules if they are not cached); a line every 30 s says how far it got."
 	@mkdir -p $(KUBEBINS_DIR)
 	@tmp=$$(mktemp -d $(KUBEBINS_DIR)/.build.XXXXXX); \
 	cd hack/kubebins && \
-	CGO_ENABLED=0 $(GO) build -trimpath -o $$tmp/ \
+	CGO_ENABLED=0 $(PROGRESS) -c '^[^[:space:]:]+$$' -n 'packages compiled (about 2,200 from a cold cache)' -h \
+		-w 'building kube-apiserver and etcd' -- \
+		$(GO) build -v -trimpath -o $$tmp/ \
 		-ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$(K8S_VERSION) -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37" \
 		k8s.io/kubernetes/cmd/kube-apiserver go.etcd.io/etcd/server/v3 && \
 	mv $$tmp/server $$tmp/etcd && \
 	mv $$tmp/kube-apiserver $$tmp/etcd $(KUBEBINS_DIR)/ && rmdir $$tmp
+	@echo ">> kube-apiserver and etcd are in $(KUBEBINS_DIR)."
 
 # DEMO_FLAGS=--wait keeps the fleet running after the tour, until Ctrl-C.
 DEMO_FLAGS ?=
 
 .PHONY: demo
 demo: kubebins ## Start a local fleet (a host and 4 members) and show a controller following it; cleans up on exit.
-	$(GO) run ./sample/demo $(DEMO_FLAGS)
+	@echo ">> Compiling the demo (go build ./sample/demo; about 1-3 minutes the first time, seconds after)."
+	@mkdir -p $(BIN_DIR)
+	@$(PROGRESS) -w 'compiling the demo' -- $(GO) build -o $(BIN_DIR)/mccr-demo ./sample/demo
+	$(BIN_DIR)/mccr-demo $(DEMO_FLAGS)
 
 # Tools pinned in hack/tools/go.mod, built into bin/ on first use (and
 # again whenever that go.mod changes).
@@ -69,12 +84,14 @@ CONTROLLER_GEN := $(BIN_DIR)/controller-gen
 GOLANGCI_LINT := $(BIN_DIR)/golangci-lint
 
 $(CONTROLLER_GEN): $(TOOLS_DIR)/go.mod $(TOOLS_DIR)/go.sum
+	@echo ">> Building controller-gen into bin/ (once; about a minute the first time)."
 	@mkdir -p $(BIN_DIR)
-	cd $(TOOLS_DIR) && $(GO) build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
+	@cd $(TOOLS_DIR) && $(PROGRESS) -w 'building controller-gen' -- $(GO) build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
 
 $(GOLANGCI_LINT): $(TOOLS_DIR)/go.mod $(TOOLS_DIR)/go.sum
+	@echo ">> Building golangci-lint into bin/ (once; about 2-4 minutes the first time on 2 cores)."
 	@mkdir -p $(BIN_DIR)
-	cd $(TOOLS_DIR) && $(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	@cd $(TOOLS_DIR) && $(PROGRESS) -w 'building golangci-lint' -- $(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 .PHONY: tools
 tools: $(CONTROLLER_GEN) $(GOLANGCI_LINT) ## Build the pinned tools (controller-gen, golangci-lint) into bin/.
@@ -98,7 +115,8 @@ tidy-check: ## Fail when go.mod/go.sum of the library or the tools module are no
 
 .PHONY: lint-go
 lint-go: $(GOLANGCI_LINT) tidy-check generate-check ## golangci-lint (config: .golangci.yml), go mod tidy -diff, generated files up to date.
-	$(GOLANGCI_LINT) run ./...
+	@echo ">> golangci-lint run ./... (a few minutes without its cache, under a minute with it)"
+	@$(PROGRESS) -w 'golangci-lint' -- $(GOLANGCI_LINT) run ./...
 
 # usercheck builds a throwaway module that imports every public package of
 # mccr (replaced by this checkout) and runs go mod tidy, go build and go vet
@@ -106,22 +124,39 @@ lint-go: $(GOLANGCI_LINT) tidy-check generate-check ## golangci-lint (config: .g
 # holds the dependencies.
 .PHONY: usercheck
 usercheck: ## Check that a user module importing every public package tidies, builds and vets.
-	./hack/usercheck.sh
+	@echo ">> usercheck: a throwaway module importing every public package must tidy, build and vet (about 1-2 minutes)"
+	@$(PROGRESS) -w 'usercheck' -- ./hack/usercheck.sh
 
 .PHONY: vet
 vet: ## go vet the library.
-	$(GO) vet ./...
+	@echo ">> go vet ./... (a minute or two the first time, while it compiles)"
+	@$(PROGRESS) -w 'go vet' -- $(GO) vet ./...
 
 .PHONY: lint
 lint: vet lint-go ## gofmt, go vet, golangci-lint, go mod tidy -diff, generated files up to date (make test runs it).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# The browser tests open the fleet page in Debian's chromium.
+CHROMIUM := /usr/bin/chromium
+
+.PHONY: browser
+browser: ## Install Debian's chromium (for the fleet page's browser test) when /usr/bin/chromium is missing.
+	@if [ -x $(CHROMIUM) ]; then exit 0; fi; \
+	sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+	echo ">> $(CHROMIUM) is missing: installing Debian's chromium with apt-get (once; about 1-3 minutes)"; \
+	$(PROGRESS) -w 'installing chromium' -- $$sudo apt-get update && \
+	DEBIAN_FRONTEND=noninteractive $(PROGRESS) -w 'installing chromium' -- $$sudo apt-get install -y --no-install-recommends chromium
+
 .PHONY: test
-test: $(ASSETS_DEP) lint usercheck ## Build API-server binaries if missing, lint, check a user module, and run every test with -race.
-	$(GO) test -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $$($(GO) list ./... | grep -v /test/e2e)
+test: $(ASSETS_DEP) browser lint usercheck ## Build API-server binaries if missing, install chromium if missing, lint, check a user module, and run every test with -race.
+	@echo ">> go test -race: every package but test/e2e, $(TEST_P) at a time; a line per package as it ends"
+	@echo "   (compiling takes a few minutes the first time; ./server and ./sample run several minutes each)"
+	@$(PROGRESS) -w 'go test -race' -c '^(ok|FAIL)[[:space:]]' -n 'packages done' -- \
+		$(GO) test -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $$($(GO) list ./... | grep -v /test/e2e)
 	@# The end-to-end fault suite prints the figures it measured (lines with "figure:").
 	@mkdir -p bin
-	$(GO) test -race -v -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./test/e2e/ > bin/e2e.out 2>&1 || { cat bin/e2e.out; exit 1; }
+	@echo ">> go test -race ./test/e2e/: the end-to-end fault suite (about 5-10 minutes; its output goes to bin/e2e.out)"
+	@$(PROGRESS) -w 'end-to-end suite' -- bash -c '$(GO) test -race -v -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./test/e2e/ > bin/e2e.out 2>&1' || { cat bin/e2e.out; exit 1; }
 	@grep -E '^(--- |ok|FAIL|PASS)|figure:' bin/e2e.out
 
 .PHONY: test-short
