@@ -129,7 +129,7 @@ func clusterRow(st ClusterStatus, ctrls map[string]reconcileCount, rates map[ser
 		WaitingFor:  st.WaitingFor,
 		Properties:  st.Properties,
 	}
-	row.Reachable, row.LastProbe = reachability(st)
+	row.Reachable, row.LastProbe, row.ProbeLatency = reachability(st), st.LastProbe, fleetz.Duration(st.ProbeLatency)
 	if st.LastError != nil {
 		row.LastError = st.LastError.Error() // redacted by the cluster record
 	}
@@ -144,17 +144,22 @@ func clusterRow(st ClusterStatus, ctrls map[string]reconcileCount, rates map[ser
 	return row
 }
 
-// reachability says whether the member's API server answers, as far as
-// its phase tells: a Ready or Syncing member's does, an Unreachable one's
-// does not, and other phases do not say.
-func reachability(st ClusterStatus) (string, time.Time) {
-	switch st.Phase {
-	case PhaseReady, PhaseSyncing:
-		return "yes", time.Time{}
-	case PhaseUnreachable:
-		return "no", time.Time{}
+// reachability says whether the member's API server answers: as its last
+// probe found, or, before any probe, as far as its phase tells (a Ready or
+// Syncing member's does, an Unreachable one's does not, other phases do
+// not say).
+func reachability(st ClusterStatus) string {
+	switch {
+	case !st.LastProbe.IsZero() && st.Reachable:
+		return "yes"
+	case !st.LastProbe.IsZero():
+		return "no"
+	case st.Phase == PhaseReady || st.Phase == PhaseSyncing:
+		return "yes"
+	case st.Phase == PhaseUnreachable:
+		return "no"
 	}
-	return "unknown", time.Time{}
+	return "unknown"
 }
 
 // replica says what this process is in the fleet.

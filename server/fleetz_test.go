@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"html"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -44,13 +43,14 @@ func addNamed(t testing.TB, srv *Server, name, file string) {
 	t.Cleanup(func() { _ = srv.Delete(name) })
 }
 
-func get(t *testing.T, h http.HandlerFunc, target string) (*http.Response, string) {
+func get(t *testing.T, h http.HandlerFunc, target string) (http.Header, string) {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	h(rec, httptest.NewRequest(http.MethodGet, target, nil))
-	res := rec.Result()
-	body, _ := io.ReadAll(res.Body)
-	return res, string(body)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", target, rec.Code, rec.Body)
+	}
+	return rec.Header(), rec.Body.String()
 }
 
 // TestFleetPageReadsTheClusterRecords fills the page from members whose
@@ -66,12 +66,18 @@ func TestFleetPageReadsTheClusterRecords(t *testing.T) {
 	// The failure goes through the record, as a generation reports it.
 	failing := srv.clusters.get("plain")
 	failing.setPhase(nil, PhaseFailed, errors.New(`Get "https://x/api?token=hunter2": <b>refused</b>`))
+	// A probe that found no answer, as the reachability probe records it.
+	probedAt := time.Now().Add(-3 * time.Second)
+	quoted := srv.clusters.get(names[1])
+	quoted.mu.Lock()
+	quoted.status.Reachable, quoted.status.LastProbe, quoted.status.ProbeLatency = false, probedAt, 5*time.Second
+	quoted.mu.Unlock()
 	clusterSeries{name: names[0]}.reconciled("widgets", "success", time.Millisecond)
 	clusterSeries{name: names[0]}.reconciled("widgets", "error", time.Millisecond)
 	h := &fleetPage{s: srv}
 
 	res, body := get(t, h.serveJSON, "/fleetz.json")
-	if ct := res.Header.Get("Content-Type"); ct != "application/json" {
+	if ct := res.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type %q", ct)
 	}
 	var p struct {
@@ -80,7 +86,8 @@ func TestFleetPageReadsTheClusterRecords(t *testing.T) {
 		Phases   []fleetz.PhaseCount
 		Clusters []struct {
 			Name, Phase, Source, LastError, Reachable string
-			Since                                     time.Time
+			Since, LastProbe                          time.Time
+			ProbeLatency                              string
 			Controllers                               []fleetz.ControllerStat
 		}
 		Controllers []fleetz.ControllerTotals
@@ -100,6 +107,18 @@ func TestFleetPageReadsTheClusterRecords(t *testing.T) {
 		}
 		if c.Name != st.Name || c.Phase != string(st.Phase) || !c.Since.Equal(st.Since) || c.Source != st.Source.String() || c.LastError != wantErr {
 			t.Errorf("row %d = %+v, Status = %+v", i, c, st)
+		}
+	}
+	for _, c := range p.Clusters {
+		want := "unknown" // Pending, never probed
+		if c.Name == names[1] {
+			want = "no"
+			if !c.LastProbe.Equal(probedAt) || c.ProbeLatency != "5s" {
+				t.Errorf("%s: last probe %s (%s), want %s (5s)", c.Name, c.LastProbe, c.ProbeLatency, probedAt)
+			}
+		}
+		if c.Reachable != want {
+			t.Errorf("%s: reachable %q, want %q", c.Name, c.Reachable, want)
 		}
 	}
 	if strings.Contains(body, "hunter2") {
@@ -135,10 +154,10 @@ func TestFleetPageReadsTheClusterRecords(t *testing.T) {
 
 	// The HTML: every name as text, no markup from outside.
 	res, page := get(t, h.serveHTML, "/fleetz?sort=phase")
-	if ct := res.Header.Get("Content-Type"); ct != "text/html; charset=utf-8" {
+	if ct := res.Get("Content-Type"); ct != "text/html; charset=utf-8" {
 		t.Errorf("Content-Type %q", ct)
 	}
-	if csp := res.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
+	if csp := res.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
 		t.Errorf("Content-Security-Policy %q", csp)
 	}
 	for _, bad := range []string{"<script>", "<b>refused"} {

@@ -63,6 +63,9 @@ func (v view) Rows() []row {
 		r.Reach = c.Reachable
 		if !c.LastProbe.IsZero() {
 			r.Reach += ", probed " + ago(c.LastProbe, v.Generated)
+			if c.ProbeLatency > 0 {
+				r.Reach += " (" + dur(c.ProbeLatency) + ")"
+			}
 		}
 		r.Owner = c.Owner
 		if r.Owner == "" {

@@ -70,15 +70,17 @@ type Cluster struct {
 	Source string    `json:"source,omitempty"`
 	Owner  string    `json:"owner,omitempty"`
 	// Reachable is "yes", "no" or "unknown".
-	Reachable   string            `json:"reachable"`
-	LastProbe   time.Time         `json:"lastProbe,omitzero"`
-	LastError   string            `json:"lastError,omitempty"`
-	NextRetry   time.Time         `json:"nextRetry,omitzero"`
-	Failures    int               `json:"failures"`
-	Restarts    int               `json:"restarts"`
-	TimeToReady Duration          `json:"timeToReady,omitempty"`
-	WaitingFor  []string          `json:"waitingFor,omitempty"`
-	Properties  map[string]string `json:"properties,omitempty"`
+	Reachable string    `json:"reachable"`
+	LastProbe time.Time `json:"lastProbe,omitzero"`
+	// ProbeLatency is how long the last probe took.
+	ProbeLatency Duration          `json:"probeLatency,omitempty"`
+	LastError    string            `json:"lastError,omitempty"`
+	NextRetry    time.Time         `json:"nextRetry,omitzero"`
+	Failures     int               `json:"failures"`
+	Restarts     int               `json:"restarts"`
+	TimeToReady  Duration          `json:"timeToReady,omitempty"`
+	WaitingFor   []string          `json:"waitingFor,omitempty"`
+	Properties   map[string]string `json:"properties,omitempty"`
 	// Controllers are this member's controllers, by name.
 	Controllers []ControllerStat `json:"controllers,omitempty"`
 }

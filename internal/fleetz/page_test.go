@@ -153,7 +153,7 @@ func TestSelect(t *testing.T) {
 		}
 	}
 	names := func(cs []Cluster) string {
-		var s []string
+		s := make([]string, 0, len(cs))
 		for _, c := range cs {
 			s = append(s, c.Name)
 		}
