@@ -435,12 +435,6 @@ func (c *cluster) manager() manager.Manager {
 	return c.mgr
 }
 
-func (c *cluster) phase() Phase {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.status.Phase
-}
-
 func (c *cluster) lastErrorOr(def error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -1,21 +1,17 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
+	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -24,6 +20,7 @@ import (
 	"github.com/mccr-dev/mccr/internal/conntrack"
 	"github.com/mccr-dev/mccr/internal/leanmapper"
 	membermgr "github.com/mccr-dev/mccr/internal/member"
+	"github.com/mccr-dev/mccr/internal/reach"
 	"github.com/mccr-dev/mccr/internal/safe"
 	"github.com/mccr-dev/mccr/known"
 )
@@ -178,26 +175,19 @@ func (g *generation) attempt() (wasReady bool, err error) {
 	limitRate(cfg, e.opts)
 	actx, cancel := context.WithCancel(g.ctx)
 	defer cancel()
-	end := &stopper{ctx: actx, cancel: cancel, cfg: cfg}
-	// client-go retries a refused or reset connection without telling
-	// anyone, and open watches outlive revoked credentials for minutes, so
-	// every request of the member reports transport errors and rejected
-	// credentials.
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return &reachTransport{
-			next:    rt,
-			onError: func(err error) { g.connectionError(err, end) },
-			onRejected: func(req *http.Request, code int) {
-				end.stop(fmt.Errorf("credentials rejected: %s %s answered %d %s", req.Method, req.URL.Path, code, http.StatusText(code)))
-			},
-		}
-	})
-	core, err := probe(g.ctx, cfg, e.opts.ProbeTimeout)
+	end := &stopper{ctx: actx, cancel: cancel}
+	// From here on every request of the member reports to mon, which also
+	// probes its API server while it runs.
+	mon, err := reach.New(cfg, g.c.env.reachOptions(), reachObserver{g: g, end: end})
+	if err != nil {
+		return false, err
+	}
+	core, err := mon.Check(g.ctx, cfg)
 	if err != nil {
 		return false, err
 	}
 
-	mgr, err := g.build(lease, end, core)
+	mgr, err := g.build(lease, end, mon, core)
 	if err != nil {
 		return false, err
 	}
@@ -223,6 +213,7 @@ func (g *generation) attempt() (wasReady bool, err error) {
 			took := time.Since(begin)
 			g.c.ready(g, mgr, took)
 			g.log.Info("cluster ready", "took", took.Round(time.Millisecond))
+			end.wg.Go(func() { mon.Run(actx) })
 			return
 		}
 		if actx.Err() == nil {
@@ -291,14 +282,12 @@ func setupName(i int, setup func(ctrl.Manager) error) string {
 }
 
 // stopper ends an attempt early and remembers the first reason. It also
-// carries what the attempt's helpers need: its context and config, and a
-// WaitGroup the attempt waits on before it returns.
+// carries what the attempt's helpers need: its context, and a WaitGroup
+// the attempt waits on before it returns.
 type stopper struct {
-	ctx      context.Context
-	cancel   context.CancelFunc
-	cfg      *rest.Config
-	wg       sync.WaitGroup
-	watching atomic.Bool // an outage watch runs
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 
 	mu  sync.Mutex
 	err error
@@ -327,7 +316,7 @@ func managerStopped(err error) error {
 }
 
 // build creates the member's Manager for this attempt.
-func (g *generation) build(lease *conntrack.Lease, end *stopper, core []byte) (*membermgr.Manager, error) {
+func (g *generation) build(lease *conntrack.Lease, end *stopper, mon *reach.Monitor, core []byte) (*membermgr.Manager, error) {
 	o := g.c.env.memberOpts
 	name := g.c.name
 	// The member's Manager, its controllers and its reconcilers log as a
@@ -335,16 +324,6 @@ func (g *generation) build(lease *conntrack.Lease, end *stopper, core []byte) (*
 	// controller-runtime's names), with the cluster added; mccr's own
 	// lines about the member (g.log) are named "mccr".
 	log := o.Logger.WithValues("cluster", name)
-	userHandler := o.Cache.DefaultWatchErrorHandler
-	cacheOpts := o.Cache
-	cacheOpts.DefaultWatchErrorHandler = func(ctx context.Context, r *toolscache.Reflector, err error) {
-		if userHandler != nil {
-			userHandler(ctx, r, err)
-		} else {
-			toolscache.DefaultWatchErrorHandler(ctx, r, err)
-		}
-		g.watchError(err, end)
-	}
 	ctrlOpts := o.Controller
 	if ctrlOpts.Logger.GetSink() != nil {
 		ctrlOpts.Logger = ctrlOpts.Logger.WithValues("cluster", name)
@@ -355,6 +334,7 @@ func (g *generation) build(lease *conntrack.Lease, end *stopper, core []byte) (*
 		Lifetime:          end.ctx,
 		CompressWatches:   g.c.env.opts.CompressWatches,
 		ClientGoInformers: g.c.env.opts.ClientGoInformers,
+		Reach:             mon,
 		Options: membermgr.Options{
 			Logger:     log,
 			Controller: ctrlOpts,
@@ -373,7 +353,7 @@ func (g *generation) build(lease *conntrack.Lease, end *stopper, core []byte) (*
 				// mapper, which starts from the probe's core resources.
 				co.MapperProvider = lease.MapperProvider(leanmapper.NewWithCore(core))
 			}
-			co.Cache = cacheOpts
+			co.Cache = o.Cache
 			co.NewCache = o.NewCache
 			co.Client = o.Client
 			co.NewClient = o.NewClient
@@ -390,122 +370,16 @@ func callSetup(setup func(ctrl.Manager) error, mgr manager.Manager) (err error) 
 	return setup(mgr)
 }
 
-// watchError sees every failed list/watch of the member's informers. Lost
-// credentials (401) fail the member: its Manager could only ever see stale
-// data. A 403 is one kind the identity may not read (a missing RBAC rule):
-// it is recorded, and the member's other controllers carry on. Anything
-// else (a restarting API server, a network blip) is recorded while the
-// informers retry by themselves.
-func (g *generation) watchError(err error, end *stopper) {
-	if apierrors.IsUnauthorized(err) {
-		end.stop(fmt.Errorf("credentials rejected: %w", err))
-		return
+// funcName is the name of the function f, "(*Reconciler).SetupWithManager"
+// for a method value, as the runtime knows it.
+func funcName(f func(ctrl.Manager) error) string {
+	fn := runtime.FuncForPC(reflect.ValueOf(f).Pointer())
+	if fn == nil {
+		return "unknown"
 	}
-	g.c.recordError(g, err)
-	if isConnectionError(err) {
-		g.connectionError(err, end)
+	name := fn.Name()
+	if i := strings.LastIndex(name, "/"); i >= 0 {
+		name = name[i+1:]
 	}
-}
-
-// connectionError starts watching for an outage when a Ready member loses
-// its connection to its API server.
-func (g *generation) connectionError(_ error, end *stopper) {
-	if g.c.phase() != PhaseReady || !end.watching.CompareAndSwap(false, true) {
-		return
-	}
-	end.wg.Go(func() {
-		defer end.watching.Store(false)
-		g.watchOutage(end)
-	})
-}
-
-// reachTransport reports transport errors (no answer at all, as opposed to
-// an error answer) of requests that were not cancelled by their caller, and
-// answers that reject the identity: a 401 anywhere, or a 403 on discovery,
-// which every authenticated user may read. A 403 elsewhere is one request
-// the user's RBAC forbids, which says nothing about the member.
-type reachTransport struct {
-	next       http.RoundTripper
-	onError    func(error)
-	onRejected func(*http.Request, int)
-}
-
-func (r *reachTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := r.next.RoundTrip(req)
-	switch {
-	case err != nil && req.Context().Err() == nil:
-		r.onError(err)
-	case err != nil:
-	case resp.StatusCode == http.StatusUnauthorized,
-		resp.StatusCode == http.StatusForbidden && isDiscovery(req.URL.Path):
-		// The member stops on a rejection, and its requests end with it:
-		// the caller gets the API server's answer read before that, not
-		// the cancellation of its read.
-		resp.Body = readRejection(resp.Body)
-		r.onRejected(req, resp.StatusCode)
-	}
-	return resp, err
-}
-
-// maxRejectionBody bounds what is read of a rejection's body (a Status).
-const maxRejectionBody = 64 << 10
-
-// readRejection reads and closes body, and returns what it held.
-func readRejection(body io.ReadCloser) io.ReadCloser {
-	b, _ := io.ReadAll(io.LimitReader(body, maxRejectionBody))
-	_ = body.Close()
-	return io.NopCloser(bytes.NewReader(b))
-}
-
-// isDiscovery reports whether path is a discovery document: /api, /apis,
-// /api/v1, /apis/<group> or /apis/<group>/<version>.
-func isDiscovery(path string) bool {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	switch parts[0] {
-	case "api":
-		return len(parts) <= 2
-	case "apis":
-		return len(parts) <= 3
-	}
-	return false
-}
-
-// WrappedRoundTripper lets client-go's helpers (closing idle connections)
-// see through the wrapper.
-func (r *reachTransport) WrappedRoundTripper() http.RoundTripper { return r.next }
-
-// errReconnected ends an attempt whose API server answers again after an
-// outage. The member restarts at once, with fresh lists, rather than wait
-// for client-go's reflectors, whose retry backoff grows to 30s.
-var errReconnected = errors.New("API server reachable again; restarting to resync")
-
-// watchOutage probes a Ready member's API server after a connection error.
-// If it does not answer, the member is Unreachable until it does, and then
-// restarts. A passing blip (the first probe answers) changes nothing.
-func (g *generation) watchOutage(end *stopper) {
-	e := g.c.env
-	t := time.NewTicker(e.opts.OutageProbeInterval)
-	defer t.Stop()
-	down := false
-	for {
-		select {
-		case <-end.ctx.Done():
-			return
-		case <-t.C:
-		}
-		_, err := probe(end.ctx, end.cfg, e.opts.ProbeTimeout)
-		switch {
-		case err != nil && !down:
-			down = true
-			err = config.RedactError(err)
-			g.c.unreachable(g, err)
-			g.log.Error(err, "cluster unreachable; serving from cache until it answers")
-		case err == nil && down:
-			g.log.Info("cluster reachable again; restarting it to resync")
-			end.stop(errReconnected)
-			return
-		case err == nil:
-			return
-		}
-	}
+	return strings.TrimSuffix(name, "-fm")
 }

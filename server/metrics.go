@@ -40,6 +40,16 @@ var (
 		Name: "mccr_cluster_restarts_total",
 		Help: "Starts of the member cluster's Manager after its first one.",
 	}, []string{clusterLabelName})
+	clusterReachable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mccr_cluster_reachable",
+		Help: "1 while the member cluster's API server answered its last reachability probe, else 0 (also before the first).",
+	}, []string{clusterLabelName})
+	// Probes answer in milliseconds, or time out (ReachProbeTimeout).
+	clusterProbeTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "mccr_cluster_probe_seconds",
+		Help:    "How long the member cluster's reachability probes took (up to the probe timeout when unanswered).",
+		Buckets: []float64{0.005, 0.025, 0.1, 0.5, 1, 2.5, 5, 10},
+	}, []string{clusterLabelName})
 
 	reconcileTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mccr_reconcile_total",
@@ -80,7 +90,7 @@ var (
 func registerMetrics() {
 	registerOnce.Do(func() {
 		metrics.Registry.MustRegister(clusterReady, clusterTimeToReady, clusterFailures, clusterSetupErrors, clusterRestarts,
-			reconcileTotal, reconcileErrors, reconcileTime, shardOwned, shardHandovers, shardUnowned, shardDuplicate)
+			clusterReachable, clusterProbeTime, reconcileTotal, reconcileErrors, reconcileTime, shardOwned, shardHandovers, shardUnowned, shardDuplicate)
 	})
 }
 
@@ -97,6 +107,7 @@ func (s clusterSeries) init() {
 	clusterFailures.WithLabelValues(s.name)
 	clusterSetupErrors.WithLabelValues(s.name)
 	clusterRestarts.WithLabelValues(s.name)
+	clusterReachable.WithLabelValues(s.name)
 }
 
 func (s clusterSeries) ready(ready bool) {
@@ -121,6 +132,17 @@ func (s clusterSeries) failure(setup bool) {
 
 func (s clusterSeries) restart() { clusterRestarts.WithLabelValues(s.name).Inc() }
 
+// probed records a reachability probe: answered or not, and how long it
+// took.
+func (s clusterSeries) probed(answered bool, took time.Duration) {
+	v := 0.0
+	if answered {
+		v = 1
+	}
+	clusterReachable.WithLabelValues(s.name).Set(v)
+	clusterProbeTime.WithLabelValues(s.name).Observe(took.Seconds())
+}
+
 // reconciled counts one Reconcile of a member's controller. Its generation
 // calls it without the cluster's lock: reconciles end before the
 // generation's Manager has stopped, and forget comes after that.
@@ -138,6 +160,8 @@ func (s clusterSeries) forget() {
 	clusterFailures.DeleteLabelValues(s.name)
 	clusterSetupErrors.DeleteLabelValues(s.name)
 	clusterRestarts.DeleteLabelValues(s.name)
+	clusterReachable.DeleteLabelValues(s.name)
+	clusterProbeTime.DeleteLabelValues(s.name)
 	byCluster := prometheus.Labels{clusterLabelName: s.name}
 	reconcileTotal.DeletePartialMatch(byCluster)
 	reconcileErrors.DeletePartialMatch(byCluster)

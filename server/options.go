@@ -10,6 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/mccr-dev/mccr/internal/member"
+	"github.com/mccr-dev/mccr/internal/reach"
 )
 
 // Options tunes how the Server runs its member clusters. Everything the host
@@ -29,9 +30,9 @@ type Options struct {
 	// doubling to at most 1m, with 20% jitter.
 	Backoff wait.Backoff
 
-	// OutageProbeInterval is how often a Ready member whose watches lost
-	// their connection probes its API server, to restart the member as soon
-	// as it answers again. Default 500ms.
+	// OutageProbeInterval is how often a member probes its API server once
+	// one of its requests got no answer, and while it is Unreachable, to
+	// restart the member as soon as it answers again. Default 500ms.
 	OutageProbeInterval time.Duration
 
 	// StopTimeout bounds how long Delete and Update wait for a member's
@@ -93,6 +94,26 @@ type Options struct {
 	// the cluster it runs in. The name follows the rules of any member
 	// name and is then taken: Add, Update and Delete of it are refused.
 	HostMember string
+
+	// ReachProbeInterval is how often each running (Ready or Unreachable)
+	// member's API server is probed, through the member's own connections
+	// (GET /version), whether or not any watch is open: a member that
+	// watches nothing, or whose API server hangs without closing its
+	// connections, is found Unreachable within ReachProbeInterval plus
+	// ReachProbeTimeout, and Ready again once it answers. A negative
+	// interval turns the periodic probe off (outages are then seen only
+	// through the member's own requests). Default 5s.
+	ReachProbeInterval time.Duration
+	// ReachProbeTimeout bounds one probe; a probe without an answer by
+	// then makes the member Unreachable. Default 5s.
+	ReachProbeTimeout time.Duration
+	// MaxConcurrentProbes bounds how many probes are in flight at once
+	// across the fleet; the others wait their turn. Default 32.
+	MaxConcurrentProbes int
+
+	// probes is the Limiter of MaxConcurrentProbes, made with the defaults
+	// so that every copy of the Options shares it.
+	probes *reach.Limiter
 }
 
 // Option changes Options.
@@ -117,6 +138,16 @@ func (o *Options) defaults(gracefulShutdown *time.Duration) {
 	if o.OutageProbeInterval <= 0 {
 		o.OutageProbeInterval = 500 * time.Millisecond
 	}
+	if o.ReachProbeInterval == 0 {
+		o.ReachProbeInterval = 5 * time.Second
+	}
+	if o.ReachProbeTimeout <= 0 {
+		o.ReachProbeTimeout = 5 * time.Second
+	}
+	if o.MaxConcurrentProbes <= 0 {
+		o.MaxConcurrentProbes = 32
+	}
+	o.probes = reach.NewLimiter(o.MaxConcurrentProbes)
 	if o.StopTimeout <= 0 {
 		o.StopTimeout = -1 // wait as long as the Manager takes
 		if d, forever := member.ShutdownTimeout(gracefulShutdown); !forever {

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/conversion"
 
 	"github.com/mccr-dev/mccr/internal/leaninformer"
+	"github.com/mccr-dev/mccr/internal/reach"
 	"github.com/mccr-dev/mccr/internal/syncinformer"
 )
 
@@ -246,6 +247,11 @@ type BuildOptions struct {
 	// ClientGoInformers builds informers with client-go's constructor when
 	// the cluster options name none; by default they are leaninformer's.
 	ClientGoInformers bool
+	// Reach, when set, watches the member's connection to its API server
+	// (cfg reports its requests to it already: reach.New wraps it); its
+	// WatchError is told every failed list and watch of the member's
+	// informers, after the cache options' own handler.
+	Reach *reach.Monitor
 }
 
 // Build creates the Cluster of a member from cfg and the Manager around
@@ -292,6 +298,9 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 				forbidden.Forbid(r.TypeDescription())
 			}
 			next(ctx, r, err)
+			if opts.Reach != nil {
+				opts.Reach.WatchError(err)
+			}
 		}
 		co.NewCache = newSyncNotifyingCache(lifetime, co.NewCache, forbidden, waiting, opts.Logger)
 	})

@@ -1,0 +1,279 @@
+package reach
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
+
+	"github.com/mccr-dev/mccr/config"
+)
+
+// Options tunes a Monitor.
+type Options struct {
+	// CheckTimeout bounds Check.
+	CheckTimeout time.Duration
+	// Interval is the time between probes while the API server answers;
+	// zero or less: no periodic probe (a member then hears of an outage
+	// only from its own requests).
+	Interval time.Duration
+	// OutageInterval is the time between probes once a request got no
+	// answer, and while the API server does not answer.
+	OutageInterval time.Duration
+	// Timeout bounds one probe: a probe without an answer by then finds
+	// the API server unreachable.
+	Timeout time.Duration
+	// Limit bounds the probes in flight, shared by every Monitor of a
+	// fleet (nil: no bound).
+	Limit *Limiter
+}
+
+// Result is one probe's outcome.
+type Result struct {
+	// At is when the probe finished; Took how long it waited for its
+	// answer (not counting the wait for a Limiter's slot).
+	At   time.Time
+	Took time.Duration
+	// Err is nil when the API server answered.
+	Err error
+}
+
+// Observer is told what a Monitor finds. Its methods are called from the
+// member's requests and from the Monitor's goroutine, at any time until
+// Run has returned and the member's Manager has stopped: they must be
+// quick and must not wait.
+type Observer interface {
+	// Probed is told the outcome of every probe and of Check.
+	Probed(Result)
+	// Unreachable is told once per outage: a probe of an API server that
+	// had answered got no answer.
+	Unreachable(err error)
+	// Reconnected is told when, after Unreachable, a probe got an answer.
+	// Run returns right after: the member should restart, with fresh
+	// lists, rather than wait for its informers' retry backoff (up to 30s
+	// in client-go).
+	Reconnected()
+	// Rejected is told when the API server rejected the member's
+	// credentials: its Manager could only ever see stale data.
+	Rejected(err error)
+	// WatchFailed is told every other failed list or watch of the member's
+	// informers, which retry by themselves.
+	WatchFailed(err error)
+}
+
+// Monitor watches one start of one member cluster: New makes every
+// request of the member report to it, Check tells whether the member may
+// start, WatchError is the member's informers' error hook, and Run probes
+// the API server while the member runs.
+type Monitor struct {
+	o    Options
+	obs  Observer
+	host string // redacted, for errors
+	rc   *rest.RESTClient
+
+	// running is set while Run runs: before that, the member is starting
+	// and its start's own timeouts judge it.
+	running atomic.Bool
+	// suspect holds a wake-up for Run: a request got no answer.
+	suspect chan struct{}
+}
+
+// New returns a Monitor for the member reached through cfg. It wraps cfg's
+// transport, so that every request made through cfg from now on (the
+// member's Manager is to be built from it) reports to the Monitor, and it
+// probes through the same connections.
+func New(cfg *rest.Config, o Options, obs Observer) (*Monitor, error) {
+	m := &Monitor{o: o, obs: obs, host: config.RedactURL(cfg.Host), suspect: make(chan struct{}, 1)}
+	cfg.Wrap(m.transport)
+	rc, err := restClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	m.rc = rc
+	return m, nil
+}
+
+func (m *Monitor) transport(rt http.RoundTripper) http.RoundTripper {
+	return &transport{
+		next:    rt,
+		onError: func(error) { m.suspectOutage() },
+		onRejected: func(req *http.Request, code int) {
+			m.obs.Rejected(fmt.Errorf("credentials rejected: %s %s answered %d %s", req.Method, req.URL.Path, code, http.StatusText(code)))
+		},
+	}
+}
+
+// Check is the package's Check through the Monitor's config, told to the
+// Observer as a probe.
+func (m *Monitor) Check(ctx context.Context, cfg *rest.Config) ([]byte, error) {
+	begin := time.Now()
+	body, err := Check(ctx, cfg, m.o.CheckTimeout)
+	if ctx.Err() == nil {
+		res := Result{At: time.Now(), Took: time.Since(begin)}
+		if err != nil && !apierrors.IsUnauthorized(err) && !apierrors.IsForbidden(err) {
+			res.Err = err
+		}
+		m.obs.Probed(res)
+	}
+	return body, err
+}
+
+// WatchError sees every failed list or watch of the member's informers
+// (after the user's handler). Lost credentials (401) are Rejected; the
+// rest is WatchFailed, and an error without an answer (a restarting API
+// server, a network blip) makes Run probe soon.
+func (m *Monitor) WatchError(err error) {
+	if apierrors.IsUnauthorized(err) {
+		m.obs.Rejected(fmt.Errorf("credentials rejected: %w", err))
+		return
+	}
+	m.obs.WatchFailed(err)
+	if IsConnectionError(err) {
+		m.suspectOutage()
+	}
+}
+
+func (m *Monitor) suspectOutage() {
+	if !m.running.Load() {
+		return
+	}
+	select {
+	case m.suspect <- struct{}{}:
+	default:
+	}
+}
+
+// Run probes the API server until ctx ends, or until it answers again
+// after an outage (Reconnected). Call it once the member is Ready; it
+// returns when ctx ends.
+//
+// A request that got no answer brings the next probe forward to
+// OutageInterval; if that probe is answered it was a passing blip, and
+// nothing changes.
+func (m *Monitor) Run(ctx context.Context) {
+	m.running.Store(true)
+	defer m.running.Store(false)
+	down := false
+	due, periodic := m.next(false)
+	for {
+		if !m.wait(ctx, &due, &periodic) {
+			return
+		}
+		res, ok := m.probe(ctx)
+		if !ok {
+			return
+		}
+		m.obs.Probed(res)
+		switch {
+		case res.Err != nil && !down:
+			down = true
+			m.obs.Unreachable(res.Err)
+		case res.Err == nil && down:
+			m.obs.Reconnected()
+			return
+		}
+		due, periodic = m.next(down)
+	}
+}
+
+// wait waits until due (forever if not periodic), or until ctx ends
+// (false). A request without an answer brings due forward.
+func (m *Monitor) wait(ctx context.Context, due *time.Time, periodic *bool) bool {
+	t := time.NewTimer(time.Until(*due))
+	defer t.Stop()
+	for {
+		var tick <-chan time.Time
+		if *periodic {
+			tick = t.C
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick:
+			return true
+		case <-m.suspect:
+			if soon := time.Now().Add(m.o.OutageInterval); !*periodic || soon.Before(*due) {
+				*due, *periodic = soon, true
+				t.Reset(time.Until(soon))
+			}
+		}
+	}
+}
+
+// next is when to probe next, and whether to at all.
+func (m *Monitor) next(down bool) (time.Time, bool) {
+	if down {
+		return time.Now().Add(m.o.OutageInterval), true
+	}
+	return time.Now().Add(m.o.Interval), m.o.Interval > 0
+}
+
+// probe asks the API server for its version (GET /version: small, served
+// by every API server, open to every user), within Timeout. Any answer
+// but a server error (5xx, what a proxy or load balancer in front of a
+// dead API server says) counts: a 401 is the API server speaking, and the
+// transport reports it as Rejected. ok is false when ctx ended first.
+func (m *Monitor) probe(ctx context.Context) (res Result, ok bool) {
+	if !m.o.Limit.acquire(ctx) {
+		return Result{}, false
+	}
+	defer m.o.Limit.release()
+	pctx, cancel := context.WithTimeout(ctx, m.o.Timeout)
+	defer cancel()
+	begin := time.Now()
+	err := m.rc.Get().AbsPath("/version").MaxRetries(0).SetHeader("Accept", "application/json").Do(pctx).Error()
+	res.At = time.Now()
+	res.Took = res.At.Sub(begin)
+	if ctx.Err() != nil {
+		return Result{}, false
+	}
+	var status apierrors.APIStatus
+	switch {
+	case err == nil:
+	case errors.As(err, &status) && status.Status().Code > 0 && status.Status().Code < 500:
+	case pctx.Err() != nil:
+		res.Err = fmt.Errorf("API server %s did not answer within %s: %w", m.host, m.o.Timeout, ErrNoAnswer)
+	default:
+		res.Err = fmt.Errorf("API server %s unreachable: %w", m.host, err)
+	}
+	return res, true
+}
+
+// ErrNoAnswer is wrapped by a probe's error when the API server did not
+// answer in time (a hung server, a network partition).
+var ErrNoAnswer = errors.New("no answer")
+
+// Limiter bounds how many probes are in flight at once, across every
+// Monitor that shares it. A nil Limiter bounds nothing.
+type Limiter struct{ slots chan struct{} }
+
+// NewLimiter returns a Limiter of n slots; nil when n < 1.
+func NewLimiter(n int) *Limiter {
+	if n < 1 {
+		return nil
+	}
+	return &Limiter{slots: make(chan struct{}, n)}
+}
+
+func (l *Limiter) acquire(ctx context.Context) bool {
+	if l == nil {
+		return ctx.Err() == nil
+	}
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (l *Limiter) release() {
+	if l != nil {
+		<-l.slots
+	}
+}

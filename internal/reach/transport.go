@@ -1,0 +1,67 @@
+package reach
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// transport reports transport errors (no answer at all, as opposed to an
+// error answer) of requests that were not cancelled by their caller, and
+// answers that reject the identity: a 401 anywhere, or a 403 on discovery,
+// which every authenticated user may read. A 403 elsewhere is one request
+// the user's RBAC forbids, which says nothing about the member.
+//
+// client-go retries a refused or reset connection without telling anyone,
+// and open watches outlive revoked credentials for minutes: this is where
+// the member hears of both.
+type transport struct {
+	next       http.RoundTripper
+	onError    func(error)
+	onRejected func(*http.Request, int)
+}
+
+func (r *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := r.next.RoundTrip(req)
+	switch {
+	case err != nil && req.Context().Err() == nil:
+		r.onError(err)
+	case err != nil:
+	case resp.StatusCode == http.StatusUnauthorized,
+		resp.StatusCode == http.StatusForbidden && isDiscovery(req.URL.Path):
+		// The member stops on a rejection, and its requests end with it:
+		// the caller gets the API server's answer read before that, not
+		// the cancellation of its read.
+		resp.Body = readRejection(resp.Body)
+		r.onRejected(req, resp.StatusCode)
+	}
+	return resp, err
+}
+
+// WrappedRoundTripper lets client-go's helpers (closing idle connections)
+// see through the wrapper.
+func (r *transport) WrappedRoundTripper() http.RoundTripper { return r.next }
+
+// maxRejectionBody bounds what is read of a rejection's body (a Status).
+const maxRejectionBody = 64 << 10
+
+// readRejection reads and closes body, and returns what it held.
+func readRejection(body io.ReadCloser) io.ReadCloser {
+	b, _ := io.ReadAll(io.LimitReader(body, maxRejectionBody))
+	_ = body.Close()
+	return io.NopCloser(bytes.NewReader(b))
+}
+
+// isDiscovery reports whether path is a discovery document: /api, /apis,
+// /api/v1, /apis/<group> or /apis/<group>/<version>.
+func isDiscovery(path string) bool {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch parts[0] {
+	case "api":
+		return len(parts) <= 2
+	case "apis":
+		return len(parts) <= 3
+	}
+	return false
+}

@@ -1,0 +1,73 @@
+package server
+
+import (
+	"errors"
+
+	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/internal/reach"
+)
+
+// A member's connection to its API server is watched by internal/reach:
+// each attempt (start) of a member has a reach.Monitor, told every request
+// and every failed list or watch of the member, which probes the API
+// server while the member runs. reachObserver is how the Monitor reports to
+// the attempt and to the cluster record.
+
+// reachOptions are the Monitors' options, from the Server's.
+func (e *env) reachOptions() reach.Options {
+	return reach.Options{
+		CheckTimeout:   e.opts.ProbeTimeout,
+		Interval:       e.opts.ReachProbeInterval,
+		OutageInterval: e.opts.OutageProbeInterval,
+		Timeout:        e.opts.ReachProbeTimeout,
+		Limit:          e.opts.probes,
+	}
+}
+
+// reachObserver hears one attempt's Monitor.
+type reachObserver struct {
+	g   *generation
+	end *stopper
+}
+
+func (o reachObserver) Probed(r reach.Result) { o.g.c.probed(o.g, r) }
+
+// Unreachable: the member serves from its caches meanwhile (fleet-wide
+// Lists report it as failed), and restarts once its API server answers.
+func (o reachObserver) Unreachable(err error) {
+	err = config.RedactError(err)
+	o.g.c.unreachable(o.g, err)
+	o.g.log.Error(err, "cluster unreachable; serving from cache until it answers")
+}
+
+func (o reachObserver) Reconnected() {
+	o.g.log.Info("cluster reachable again; restarting it to resync")
+	o.end.stop(errReconnected)
+}
+
+// Rejected credentials fail the member: its Manager could only ever see
+// stale data.
+func (o reachObserver) Rejected(err error) { o.end.stop(err) }
+
+// WatchFailed is recorded while the informers retry by themselves; a 403
+// is one kind the identity may not read (a missing RBAC rule), and the
+// member's other controllers carry on.
+func (o reachObserver) WatchFailed(err error) { o.g.c.recordError(o.g, err) }
+
+// probed records a probe of the live generation's API server.
+func (c *cluster) probed(g *generation, r reach.Result) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g != c.gen || c.dead {
+		return
+	}
+	c.status.Reachable = r.Err == nil
+	c.status.LastProbe = r.At
+	c.status.ProbeLatency = r.Took
+	c.series.probed(r.Err == nil, r.Took)
+}
+
+// errReconnected ends an attempt whose API server answers again after an
+// outage. The member restarts at once, with fresh lists, rather than wait
+// for client-go's reflectors, whose retry backoff grows to 30s.
+var errReconnected = errors.New("API server reachable again; restarting to resync")
