@@ -136,8 +136,9 @@ vet: ## go vet the library.
 lint: vet lint-go ## gofmt, go vet, golangci-lint, go mod tidy -diff, generated files up to date (make test runs it).
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# The browser tests open the fleet page in Debian's chromium.
-CHROMIUM := /usr/bin/chromium
+# The browser tests open the fleet page in Debian's chromium, or in the
+# Chromium that $CHROMIUM names (then nothing is installed).
+CHROMIUM ?= /usr/bin/chromium
 
 .PHONY: browser
 browser: ## Install Debian's chromium (for the fleet page's browser test) when /usr/bin/chromium is missing.
