@@ -38,10 +38,12 @@ func (s *Server) mountFleetPage() error {
 // fleetPage serves the page. It keeps nothing about clusters: each view
 // reads Statuses (the clusters' own records) and the mccr_reconcile_
 // series afresh; the only state is the earlier reading of the counters
-// that rates are measured against.
+// that rates are measured against, and a reading of the queue depths that
+// views share for a few seconds.
 type fleetPage struct {
-	s     *Server
-	rates rateBase
+	s      *Server
+	rates  rateBase
+	depths queueDepths
 }
 
 func (h *fleetPage) serveHTML(w http.ResponseWriter, r *http.Request) {
@@ -111,7 +113,7 @@ func (h *fleetPage) page(now time.Time, phase, sortBy string) *fleetz.Page {
 		names[i] = string(ph)
 	}
 	p.Clusters, p.Sort = fleetz.Select(rows, "", sortBy, names)
-	p.Controllers = controllerTotals(counts, rates, readQueueDepths())
+	p.Controllers = controllerTotals(counts, rates, h.depths.read(now))
 	return p
 }
 
