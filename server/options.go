@@ -95,6 +95,19 @@ type Options struct {
 	// name and is then taken: Add, Update and Delete of it are refused.
 	HostMember string
 
+	// FleetPage serves the fleet page on the host Manager's metrics server:
+	// /fleetz, an HTML table of the members (phase and since when, source,
+	// reachability, last error, shard owner, reconciles per controller,
+	// kinds waited for) that needs no JavaScript and reloads itself, and
+	// /fleetz.json with the same data. ?phase=Failed filters, ?sort=phase
+	// or ?sort=since orders. Off by default, as controller-runtime's pprof
+	// is: the page names every member, its source and its errors (redacted
+	// as in Status). Whoever can reach the metrics port can read it, through
+	// the same metricsserver.Options.FilterProvider and SecureServing as
+	// /metrics when those are set. With the metrics server off (BindAddress
+	// "0") there is no page.
+	FleetPage bool
+
 	// ReachProbeInterval is how often each running (Ready or Unreachable)
 	// member's API server is probed, through the member's own connections
 	// (GET /version), whether or not any watch is open: a member that

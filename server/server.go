@@ -128,6 +128,12 @@ func NewServer(cfg *rest.Config, opts ctrl.Options, options ...Option) (*Server,
 	s.host, s.releaseHost = host, lease.Release
 	s.log = opts.Logger.WithName("mccr")
 	s.env = env{conns: &s.conns, routes: &s.routes, feed: &s.feed, setups: &s.setups, memberOpts: memberOptions(opts), opts: o, log: s.log, sharded: o.Sharding != nil}
+	if o.FleetPage {
+		if err := s.mountFleetPage(); err != nil {
+			lease.Release()
+			return nil, fmt.Errorf("server: fleet page: %w", err)
+		}
+	}
 	s.client = mcclient.New(&s.routes, mcclient.Options{Scheme: host.GetScheme(), RESTMapper: host.GetRESTMapper()})
 	if o.Sharding != nil {
 		co, err := newCoordinator(host, *o.Sharding, &s.clusters, s.log)
