@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -30,6 +31,24 @@ func (d *demo) sayf(format string, args ...any) {
 	printMu.Lock()
 	defer printMu.Unlock()
 	fmt.Printf("[%5.1fs] %s\n", time.Since(d.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// exists says whether a file the demo is about to name in a hint is there:
+// a hint never names a file that is gone.
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// freeLoopbackAddr returns a loopback address whose port is free now, so
+// that the demo can tell where its metrics server (and fleet page) listens.
+func freeLoopbackAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("finding a free port for the metrics server: %w", err)
+	}
+	addr := l.Addr().String()
+	return addr, l.Close()
 }
 
 func since(t time.Time) string {

@@ -71,6 +71,8 @@ type demo struct {
 	// stopController stops the server and waits for it; nil until
 	// startController has started it.
 	stopController func() error
+	// fleetPage is the URL of the fleet page on the host's metrics server.
+	fleetPage string
 
 	mu      sync.Mutex
 	stamped map[string]int // ConfigMaps the reconciler stamped, per cluster
@@ -112,7 +114,8 @@ func run(wait bool, logFile string) (code int) {
 		return 1
 	}
 	if !wait {
-		d.sayf("Tour done. (Run with --wait, or `make demo DEMO_FLAGS=--wait`, to keep the fleet running and try it yourself.)")
+		d.sayf("Tour done. (Run with --wait, or `make demo DEMO_FLAGS=--wait`, to keep the fleet and the fleet page running and try it yourself;")
+		d.sayf("without it, the API servers, their kubeconfigs and the page go away now.)")
 		return 0
 	}
 	d.handsOn()
@@ -175,7 +178,7 @@ func (d *demo) tour(ctx context.Context, logTo io.Writer) error {
 
 func (d *demo) startFleet(ctx context.Context) error {
 	names := append([]string{hostName}, members...)
-	d.sayf("Starting %d Kubernetes API servers (kube-apiserver + etcd each, no nodes): %s.", len(names), strings.Join(names, ", "))
+	d.sayf("Starting %d Kubernetes API servers (kube-apiserver + etcd each, no nodes): %s. This takes 10-30 s.", len(names), strings.Join(names, ", "))
 	d.sayf("%s stands in for the cluster a controller runs in; %s joins the fleet later.", hostName, joinLater)
 	started := time.Now()
 	type result struct {
@@ -204,9 +207,11 @@ func (d *demo) startFleet(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return errInterrupted
 	}
-	d.sayf("All %d up in %s. While the demo runs, kubectl works against each of them:", len(names), since(started))
+	d.sayf("All %d up in %s. While the demo runs (the tour, or until Ctrl-C with --wait), kubectl works against each of them:", len(names), since(started))
 	for _, c := range d.fleet.Clusters {
-		d.sayf("    kubectl --kubeconfig %s get configmaps -A", c.KubeconfigPath)
+		if exists(c.KubeconfigPath) {
+			d.sayf("    kubectl --kubeconfig %s get configmaps -A", c.KubeconfigPath)
+		}
 	}
 	for _, name := range members {
 		c, err := d.fleet.Cluster(name).Client(client.Options{})
@@ -237,16 +242,22 @@ func (d *demo) startController(ctx context.Context, logTo io.Writer) error {
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger)
 	host := d.fleet.Cluster(hostName)
-	var err error
-	d.srv, err = server.NewServer(host.Config, ctrl.Options{
-		Scheme:                 clientgoscheme.Scheme,
-		Logger:                 logger,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
+	// The host's metrics server, on a loopback port of its own, serves
+	// /metrics and the fleet page.
+	metricsAddr, err := freeLoopbackAddr()
 	if err != nil {
 		return err
 	}
+	d.srv, err = server.NewServer(host.Config, ctrl.Options{
+		Scheme:                 clientgoscheme.Scheme,
+		Logger:                 logger,
+		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress: "0",
+	}, func(o *server.Options) { o.FleetPage = true })
+	if err != nil {
+		return err
+	}
+	d.fleetPage = "http://" + metricsAddr + "/fleetz"
 	r := &reconciler.ConfigMapReconciler{Client: d.srv.GetClient(), Scheme: d.srv.GetScheme(), Stamped: d.onStamped}
 	d.srv.AddReconcilerSetup(r.SetupWithManager)
 	w, err := configwatcher.NewFileWatcher(d.watched)
@@ -268,9 +279,13 @@ func (d *demo) startController(ctx context.Context, logTo io.Writer) error {
 		<-narrated
 		return err
 	}
-	return d.waitFor(ctx, "member-1, member-2 and member-3 to be ready", func() (bool, error) {
+	if err := d.waitFor(ctx, "member-1, member-2 and member-3 to be ready", func() (bool, error) {
 		return d.readyCount() == 3, nil
-	})
+	}); err != nil {
+		return err
+	}
+	d.sayf("fleet page: %s (every member, its phase, source, reachability and reconciles; reloads itself while the demo runs)", d.fleetPage)
+	return nil
 }
 
 func (d *demo) work(ctx context.Context) error {
@@ -352,12 +367,20 @@ func (d *demo) remove(ctx context.Context) error {
 func (d *demo) handsOn() {
 	fmt.Println()
 	m1 := d.fleet.Cluster("member-1").KubeconfigPath
-	d.sayf("The fleet and the controller keep running. Try, in another terminal:")
-	d.sayf("    kubectl --kubeconfig %s -n %s create configmap hello --from-literal=say=hi", m1, namespace)
-	d.sayf("    kubectl --kubeconfig %s -n %s label configmap hello %s=true", m1, namespace, reconciler.EnabledLabel)
-	d.sayf("    kubectl --kubeconfig %s -n %s get configmap hello -o jsonpath='{.metadata.annotations}'", m1, namespace)
-	d.sayf("    cp %s %s/    # %s joins again", d.fleet.Cluster(leaveName).KubeconfigPath, d.watched, leaveName)
-	d.sayf("    rm %s/member-3.kubeconfig    # member-3 leaves", d.watched)
+	left := d.fleet.Cluster(leaveName).KubeconfigPath
+	m3 := filepath.Join(d.watched, "member-3.kubeconfig")
+	d.sayf("The fleet and the controller keep running; the fleet page is at %s. Try, in another terminal:", d.fleetPage)
+	if exists(m1) {
+		d.sayf("    kubectl --kubeconfig %s -n %s create configmap hello --from-literal=say=hi", m1, namespace)
+		d.sayf("    kubectl --kubeconfig %s -n %s label configmap hello %s=true", m1, namespace, reconciler.EnabledLabel)
+		d.sayf("    kubectl --kubeconfig %s -n %s get configmap hello -o jsonpath='{.metadata.annotations}'", m1, namespace)
+	}
+	if exists(left) && !exists(filepath.Join(d.watched, leaveName+".kubeconfig")) {
+		d.sayf("    cp %s %s/    # %s joins again", left, d.watched, leaveName)
+	}
+	if exists(m3) {
+		d.sayf("    rm %s    # member-3 leaves", m3)
+	}
 	d.sayf("Press Ctrl-C to stop everything and clean up.")
 }
 
