@@ -157,7 +157,7 @@ test: $(ASSETS_DEP) browser lint usercheck ## Build API-server binaries if missi
 	@# The end-to-end fault suite prints the figures it measured (lines with "figure:").
 	@mkdir -p bin
 	@echo ">> go test -race ./test/e2e/: the end-to-end fault suite (about 5-10 minutes; its output goes to bin/e2e.out)"
-	@$(PROGRESS) -w 'end-to-end suite' -- bash -c '$(GO) test -race -v -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./test/e2e/ > bin/e2e.out 2>&1' || { cat bin/e2e.out; exit 1; }
+	@$(PROGRESS) -w 'end-to-end suite' -- $(GO) test -race -v -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./test/e2e/ > bin/e2e.out || { cat bin/e2e.out; exit 1; }
 	@grep -E '^(--- |ok|FAIL|PASS)|figure:' bin/e2e.out
 
 .PHONY: test-short

@@ -4,6 +4,8 @@
 # nothing was printed for INTERVAL seconds, one line says what is running
 # and for how long. Lines matching COUNT (e.g. the package paths `go build
 # -v` prints) are counted into that line instead, and hidden with -h.
+# Those progress lines go to stderr, so the command's output alone can be
+# redirected to a file while the terminal still shows progress.
 #
 #   hack/progress.sh [-i INTERVAL] [-c REGEX -n NOUN [-h]] -w WHAT -- command [args...]
 #
@@ -63,15 +65,15 @@ elapsed() {
 		fi
 		if [ $((SECONDS - last)) -ge "$interval" ]; then
 			if [ -n "$count" ]; then
-				echo "   ... $what: $n $noun, $(elapsed) so far"
+				echo "   ... $what: $n $noun, $(elapsed) so far" >&2
 			else
-				echo "   ... $what: $(elapsed) so far"
+				echo "   ... $what: $(elapsed) so far" >&2
 			fi
 			last=$SECONDS
 		fi
 	done
 	if [ -n "$count" ]; then
-		echo "   ... $what: $n $noun in $(elapsed)"
+		echo "   ... $what: $n $noun in $(elapsed)" >&2
 	fi
 }
 exit "${PIPESTATUS[0]}"
