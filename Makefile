@@ -150,10 +150,11 @@ browser: ## Install Debian's chromium (for the fleet page's browser test) when /
 
 .PHONY: test
 test: $(ASSETS_DEP) browser lint usercheck ## Build API-server binaries if missing, install chromium if missing, lint, check a user module, and run every test with -race.
-	@echo ">> go test -race: every package but test/e2e, $(TEST_P) at a time; a line per package as it ends"
-	@echo "   (compiling takes a few minutes the first time; ./server and ./sample run several minutes each)"
-	@$(PROGRESS) -w 'go test -race' -c '^(ok|FAIL)[[:space:]]' -n 'packages done' -- \
-		$(GO) test -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $$($(GO) list ./... | grep -v /test/e2e)
+	@pkgs=$$($(GO) list ./... | grep -v /test/e2e); n=$$(wc -w <<< "$$pkgs"); \
+	echo ">> go test -race: $$n packages (all but test/e2e), $(TEST_P) at a time; a line per package as it ends"; \
+	echo "   (compiling takes a few minutes the first time; ./server and ./sample run several minutes each)"; \
+	$(PROGRESS) -w 'go test -race' -c '^(ok|FAIL)[[:space:]]' -n "of $$n packages done" -- \
+		$(GO) test -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $$pkgs
 	@# The end-to-end fault suite prints the figures it measured (lines with "figure:").
 	@mkdir -p bin
 	@echo ">> go test -race ./test/e2e/: the end-to-end fault suite (about 5-10 minutes; its output goes to bin/e2e.out)"
