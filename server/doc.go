@@ -50,7 +50,10 @@
 // backoff while every other member reconciles on; no member's trouble makes
 // Start return. A Ready member whose API server stops answering is
 // Unreachable: it serves from its cache and restarts once the API server
-// answers. Update with a changed config restarts that member only; the same
+// answers. Its requests' and watches' errors tell, and so does a probe
+// every Options.ReachProbeInterval (bounded by ReachProbeTimeout and, across
+// the fleet, MaxConcurrentProbes) when it makes no requests or its API
+// server hangs. Update with a changed config restarts that member only; the same
 // config again is a no-op. Delete needs only the name.
 //
 // At most one Manager runs for a cluster name at any instant: Update and
@@ -109,8 +112,9 @@
 // Status and Statuses report each member's phase, since when, last error,
 // next retry, failures and restarts. The same appears on the host metrics
 // endpoint as mccr_cluster_ready, mccr_cluster_time_to_ready_seconds,
-// mccr_cluster_failures_total and mccr_cluster_restarts_total, each with a
-// cluster label; the counters exist at zero from Add on. controller-runtime's
+// mccr_cluster_failures_total, mccr_cluster_setup_errors_total,
+// mccr_cluster_restarts_total, mccr_cluster_reachable and the histogram
+// mccr_cluster_probe_seconds, each with a cluster label; the counters exist at zero from Add on. controller-runtime's
 // own controller metrics have no cluster label (the same controller in every
 // member adds to one series), so every Reconcile of a member's controller is
 // also counted per cluster: mccr_reconcile_total{cluster,controller,result},
