@@ -89,7 +89,7 @@ $(CONTROLLER_GEN): $(TOOLS_DIR)/go.mod $(TOOLS_DIR)/go.sum
 	@cd $(TOOLS_DIR) && $(PROGRESS) -w 'building controller-gen' -- $(GO) build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
 
 $(GOLANGCI_LINT): $(TOOLS_DIR)/go.mod $(TOOLS_DIR)/go.sum
-	@echo ">> Building golangci-lint into bin/ (once; about 2-4 minutes the first time on 2 cores)."
+	@echo ">> Building golangci-lint into bin/ (once; about 1-3 minutes the first time on 2 cores)."
 	@mkdir -p $(BIN_DIR)
 	@cd $(TOOLS_DIR) && $(PROGRESS) -w 'building golangci-lint' -- $(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
