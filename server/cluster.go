@@ -107,6 +107,7 @@ func (c *cluster) add(nc *config.NamedConfig, fp fingerprints) error {
 		c.status = ClusterStatus{Name: c.name, Phase: PhasePending, Since: time.Now()}
 	}
 	c.describeLocked(nc)
+	c.series.phase(c.status.Phase)
 	c.ensureLocked()
 	return nil
 }
@@ -339,7 +340,7 @@ func (c *cluster) setPhaseLocked(g *generation, p Phase, err error) {
 	if err != nil {
 		c.status.LastError = config.RedactError(err)
 	}
-	c.series.ready(p == PhaseReady)
+	c.series.phase(p)
 	// A deleted cluster was told as left; its last phases are not news.
 	if changed && c.desired != nil {
 		st := memberState{name: c.name, phase: p, err: c.status.LastError}

@@ -51,6 +51,15 @@ var (
 		Buckets: []float64{0.005, 0.025, 0.1, 0.5, 1, 2.5, 5, 10},
 	}, []string{clusterLabelName})
 
+	clusterPhase = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mccr_cluster_phase",
+		Help: "1 for the member cluster's current phase (Pending, Starting, Syncing, Ready, Unreachable, Failed, Stopping, Stopped, Elsewhere); only that phase's series exists. sum by (phase) counts the fleet per phase.",
+	}, []string{clusterLabelName, "phase"})
+	watchErrorsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mccr_watch_errors_total",
+		Help: "Errors of the watchers given to Server.Watch (broken files or objects, events the Server could not apply), by the watcher's Go type.",
+	}, []string{"watcher"})
+
 	reconcileTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "mccr_reconcile_total",
 		Help: "Reconciles of a member cluster's controller, by result (success, error, requeue, requeue_after).",
@@ -90,9 +99,16 @@ var (
 func registerMetrics() {
 	registerOnce.Do(func() {
 		metrics.Registry.MustRegister(clusterReady, clusterTimeToReady, clusterFailures, clusterSetupErrors, clusterRestarts,
-			clusterReachable, clusterProbeTime, reconcileTotal, reconcileErrors, reconcileTime, shardOwned, shardHandovers, shardUnowned, shardDuplicate)
+			clusterReachable, clusterProbeTime, clusterPhase, watchErrorsTotal, reconcileTotal, reconcileErrors, reconcileTime, shardOwned, shardHandovers, shardUnowned, shardDuplicate)
 	})
 }
+
+// allPhases are the values of mccr_cluster_phase's phase label.
+var allPhases = []Phase{PhasePending, PhaseStarting, PhaseSyncing, PhaseReady, PhaseUnreachable, PhaseFailed, PhaseStopping, PhaseStopped, PhaseElsewhere}
+
+// handOverKind is the watcher label of an error from handing a name over
+// to a waiting watcher's config, when a name added by hand is deleted.
+const handOverKind = "handover"
 
 // clusterSeries is one cluster's metric series. Its owner (the cluster
 // record) calls it under its lock, and forget only once no generation can
@@ -110,12 +126,20 @@ func (s clusterSeries) init() {
 	clusterReachable.WithLabelValues(s.name)
 }
 
-func (s clusterSeries) ready(ready bool) {
+// phase records the cluster's phase: mccr_cluster_ready, and the one
+// series of mccr_cluster_phase.
+func (s clusterSeries) phase(p Phase) {
 	v := 0.0
-	if ready {
+	if p == PhaseReady {
 		v = 1
 	}
 	clusterReady.WithLabelValues(s.name).Set(v)
+	for _, other := range allPhases {
+		if other != p {
+			clusterPhase.DeleteLabelValues(s.name, string(other))
+		}
+	}
+	clusterPhase.WithLabelValues(s.name, string(p)).Set(1)
 }
 
 func (s clusterSeries) timeToReady(d time.Duration) {
@@ -162,6 +186,9 @@ func (s clusterSeries) forget() {
 	clusterRestarts.DeleteLabelValues(s.name)
 	clusterReachable.DeleteLabelValues(s.name)
 	clusterProbeTime.DeleteLabelValues(s.name)
+	for _, p := range allPhases {
+		clusterPhase.DeleteLabelValues(s.name, string(p))
+	}
 	byCluster := prometheus.Labels{clusterLabelName: s.name}
 	reconcileTotal.DeletePartialMatch(byCluster)
 	reconcileErrors.DeletePartialMatch(byCluster)

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,6 +45,7 @@ func (s *Server) Watch(w configwatcher.ConfigWatcher) {
 }
 
 func (s *Server) applyEvents(from int, w configwatcher.ConfigWatcher) {
+	kind := watcherKind(w)
 	events, errs := w.Events(), w.Errors()
 	for events != nil || errs != nil {
 		select {
@@ -53,14 +55,14 @@ func (s *Server) applyEvents(from int, w configwatcher.ConfigWatcher) {
 				continue
 			}
 			if err := s.applySafely(from, ev); err != nil {
-				s.watchError(err)
+				s.watchError(kind, err)
 			}
 		case err, ok := <-errs:
 			if !ok {
 				errs = nil
 				continue
 			}
-			s.watchError(err)
+			s.watchError(kind, err)
 		}
 	}
 	// A watcher that stopped sends nothing more: its claims go (its
@@ -126,7 +128,10 @@ type watchErrors struct {
 	errs []WatchError
 }
 
-func (s *Server) watchError(err error) {
+// watchError keeps and logs an error of a watcher of the given kind
+// (watcherKind), and counts it in mccr_watch_errors_total.
+func (s *Server) watchError(kind string, err error) {
+	watchErrorsTotal.WithLabelValues(kind).Inc()
 	err = config.RedactError(err)
 	s.log.Error(err, "config watcher")
 	s.werrs.mu.Lock()
@@ -144,6 +149,13 @@ func (s *Server) WatchErrors() []WatchError {
 	s.werrs.mu.Lock()
 	defer s.werrs.mu.Unlock()
 	return append([]WatchError(nil), s.werrs.errs...)
+}
+
+// watcherKind names a watcher for the watcher label of
+// mccr_watch_errors_total: its Go type, as "configwatcher.FileWatcher".
+// Watchers of one type share a series; the label's values stay few.
+func watcherKind(w configwatcher.ConfigWatcher) string {
+	return strings.TrimPrefix(fmt.Sprintf("%T", w), "*")
 }
 
 // stopWatchers stops every watcher and waits for their event loops.

@@ -109,7 +109,7 @@ func (n *nameClaims) remove(s *Server, name string) (<-chan struct{}, error) {
 	// failure to take over is that watcher's, reported with its errors,
 	// and Delete still waits for the Manager it stopped.
 	if err := n.handOver(s, name); err != nil {
-		s.watchError(err)
+		s.watchError(handOverKind, err)
 	}
 	return stopped, nil
 }

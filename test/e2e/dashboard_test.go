@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/configwatcher"
 	"github.com/mccr-dev/mccr/known"
 	"github.com/mccr-dev/mccr/server"
 	"github.com/mccr-dev/mccr/test"
@@ -394,6 +396,16 @@ func scrapeExported(t *testing.T, enough func(map[string]string) bool) map[strin
 				t.Fatal(err)
 			}
 		}
+		// A watcher with a broken kubeconfig: a watcher error to count.
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "broken.kubeconfig"), []byte("clusters: [not a kubeconfig"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		w, err := configwatcher.NewFileWatcher(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.Watch(w)
 		return addr, test.Run(t, srv)
 	}
 
