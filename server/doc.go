@@ -113,8 +113,9 @@
 // next retry, failures and restarts. The same appears on the host metrics
 // endpoint as mccr_cluster_ready, mccr_cluster_time_to_ready_seconds,
 // mccr_cluster_failures_total, mccr_cluster_setup_errors_total,
-// mccr_cluster_restarts_total, mccr_cluster_reachable and the histogram
-// mccr_cluster_probe_seconds, each with a cluster label; the counters exist at zero from Add on. controller-runtime's
+// mccr_cluster_restarts_total, mccr_cluster_reachable, the histogram
+// mccr_cluster_probe_seconds and mccr_cluster_phase (one series per member,
+// its phase), each with a cluster label; the counters exist at zero from Add on. controller-runtime's
 // own controller metrics have no cluster label (the same controller in every
 // member adds to one series), so every Reconcile of a member's controller is
 // also counted per cluster: mccr_reconcile_total{cluster,controller,result},
