@@ -139,6 +139,9 @@ lint: vet lint-go ## gofmt, go vet, golangci-lint, go mod tidy -diff, generated 
 # The browser tests open the fleet page in Debian's chromium, or in the
 # Chromium that $CHROMIUM names (then nothing is installed).
 CHROMIUM ?= /usr/bin/chromium
+# Test artefacts (the fleet page's screenshot) are kept here.
+MCCR_ARTIFACTS ?= $(CURDIR)/bin/artifacts
+export MCCR_ARTIFACTS
 
 .PHONY: browser
 browser: ## Install Debian's chromium (for the fleet page's browser test) when /usr/bin/chromium is missing.
