@@ -81,6 +81,9 @@ type SecretWatcher struct {
 	// The cache holds only the selected Secrets, trimmed to the keys read.
 	hostCache
 	opts SecretOptions
+	// hostCfg is a copy of the config the watcher was given: in the Argo
+	// CD format, how the cluster Argo CD runs in is reached.
+	hostCfg *rest.Config
 
 	// The fields below belong to the run goroutine.
 
@@ -135,6 +138,7 @@ func NewSecretWatcher(hostCfg *rest.Config, opts ...SecretOption) (*SecretWatche
 	}); err != nil {
 		return nil, err
 	}
+	w.hostCfg = rest.CopyConfig(hostCfg)
 	w.start()
 	return w, nil
 }
@@ -156,6 +160,9 @@ func (w *SecretWatcher) sync() (time.Time, bool) {
 		s := &list.Items[i]
 		ref := s.Namespace + "/" + s.Name
 		c := claimSafely(w.log, "Secret", ref, ref, w.claims[ref], func() *claim { return w.claim(s) })
+		if c == nil {
+			continue
+		}
 		if c.name == "" {
 			c.name = w.claims[c.ref] // a broken name key keeps the cluster it named
 		}
@@ -175,18 +182,16 @@ func (w *SecretWatcher) sync() (time.Time, bool) {
 	return time.Time{}, true
 }
 
-// claim reads one Secret in the watcher's format.
+// claim reads one Secret in the watcher's format; nil if it claims no
+// cluster.
 func (w *SecretWatcher) claim(s *corev1.Secret) *claim {
 	ref := s.Namespace + "/" + s.Name
 	c := &claim{ref: ref, id: ref}
-	var cfg *rest.Config
-	var err error
 	if w.opts.Format == ArgoCDSecretFormat {
-		c.name, cfg, err = argoCDConfig(s.Data, w.opts.AllowAuthPlugins)
-	} else {
-		c.name = s.Name
-		cfg, err = secretKubeconfig(s.Data, w.opts.Key, w.opts.AllowAuthPlugins)
+		return w.argoCDClaim(s, c)
 	}
+	c.name = s.Name
+	cfg, err := secretKubeconfig(s.Data, w.opts.Key, w.opts.AllowAuthPlugins)
 	if err != nil {
 		c.err = fmt.Errorf("configwatcher: Secret %s: %w", ref, err)
 		return c
@@ -205,7 +210,7 @@ func (w *SecretWatcher) transform(obj any) (any, error) {
 	if s, ok := obj.(*corev1.Secret); ok {
 		keep := []string{w.opts.Key}
 		if w.opts.Format == ArgoCDSecretFormat {
-			keep = []string{argoCDNameKey, argoCDServerKey, argoCDConfigKey}
+			keep = argoCDDataKeys
 		}
 		for k := range s.Data {
 			if !slices.Contains(keep, k) {
@@ -213,7 +218,13 @@ func (w *SecretWatcher) transform(obj any) (any, error) {
 			}
 		}
 		s.StringData = nil
-		s.Annotations = nil
+		if w.opts.Format == ArgoCDSecretFormat {
+			// Annotations become Properties, but for kubectl's copy of
+			// the whole Secret, credentials included.
+			delete(s.Annotations, corev1.LastAppliedConfigAnnotation)
+		} else {
+			s.Annotations = nil
+		}
 	}
 	return obj, nil
 }

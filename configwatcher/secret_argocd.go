@@ -2,12 +2,16 @@ package configwatcher
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -16,10 +20,151 @@ import (
 
 // Data keys of an Argo CD cluster Secret.
 const (
-	argoCDNameKey   = "name"
-	argoCDServerKey = "server"
-	argoCDConfigKey = "config"
+	argoCDNameKey    = "name"
+	argoCDServerKey  = "server"
+	argoCDConfigKey  = "config"
+	argoCDProjectKey = "project"
+	argoCDShardKey   = "shard"
 )
+
+// ArgoCDInClusterServer is the server Argo CD gives the cluster it runs in
+// (its KubernetesInternalAPIServerAddr). A cluster Secret with this server
+// means that cluster, whatever its name; Argo CD reaches it with its own
+// in-cluster credentials unless the Secret's config carries a username,
+// password or bearer token.
+const ArgoCDInClusterServer = "https://kubernetes.default.svc"
+
+// ErrArgoCDInClusterDisabled means an Argo CD cluster Secret names
+// ArgoCDInClusterServer while the watcher was given DisableArgoCDInCluster,
+// as Argo CD refuses it with cluster.inClusterEnabled: "false" in argocd-cm.
+var ErrArgoCDInClusterDisabled = errors.New("Argo CD's in-cluster server is disabled") //nolint:staticcheck // names the product
+
+// Property keys under which an Argo CD cluster Secret's attributes reach
+// reconcilers (config.NamedConfig.Properties, server.Server.ClusterProperties).
+const (
+	// ArgoCDProjectProperty is the Secret's "project": the Argo CD project
+	// the cluster is scoped to.
+	ArgoCDProjectProperty = "argocd.argoproj.io/project"
+	// ArgoCDShardProperty is the Secret's "shard", the application
+	// controller shard Argo CD assigns the cluster to, as a decimal
+	// integer. A shard that is not an integer is left out, as Argo CD
+	// ignores it.
+	ArgoCDShardProperty = "argocd.argoproj.io/shard"
+	// ArgoCDLabelPropertyPrefix precedes the key of each of the Secret's
+	// labels but ArgoCDSecretLabel: label team=a is property "label:team".
+	ArgoCDLabelPropertyPrefix = "label:"
+	// ArgoCDAnnotationPropertyPrefix precedes the key of each of the
+	// Secret's annotations but kubectl's last-applied-configuration (a
+	// copy of the whole Secret, credentials included) and Argo CD's
+	// "managed-by" marker, the two Argo CD itself leaves out of a cluster's
+	// annotations.
+	ArgoCDAnnotationPropertyPrefix = "annotation:"
+)
+
+// Bounds on the labels and annotations offered as Properties: a Secret's
+// annotations may hold up to 256 KiB, and Properties are copied into every
+// Status. A longer value, or one that is not UTF-8, is left out; past
+// argoCDMaxMetaProperties entries (in key order), the rest are too.
+const (
+	argoCDMaxPropertyValue  = 4096
+	argoCDMaxMetaProperties = 128
+)
+
+// argoCDManagedByAnnotation marks the Secrets Argo CD wrote itself.
+const argoCDManagedByAnnotation = "managed-by"
+
+// argoCDDataKeys are the data keys the watcher reads; the cache keeps only
+// these.
+var argoCDDataKeys = []string{argoCDNameKey, argoCDServerKey, argoCDConfigKey, argoCDProjectKey, argoCDShardKey}
+
+// argoCDClaim reads one Argo CD cluster Secret into c. It returns nil for
+// a Secret whose deletion has started when ArgoCDDeleteOnDeletionStart is
+// set: it claims no cluster any more, so its cluster leaves.
+func (w *SecretWatcher) argoCDClaim(s *corev1.Secret, c *claim) *claim {
+	deleting := s.DeletionTimestamp != nil
+	if deleting && w.opts.ArgoCDDeleteOnDeletionStart {
+		return nil
+	}
+	// Argo CD keeps serving a cluster whose Secret waits for finalizers;
+	// a problem of such a Secret is expected and not worth a report.
+	c.quiet = deleting
+	var inCluster *rest.Config
+	if !w.opts.ArgoCDInClusterDisabled {
+		inCluster = w.hostCfg
+	}
+	var cfg *rest.Config
+	var err error
+	c.name, cfg, err = argoCDConfig(s.Data, w.opts.AllowAuthPlugins, inCluster)
+	if err != nil {
+		c.err = fmt.Errorf("configwatcher: Secret %s: %w", c.ref, err)
+		return c
+	}
+	c.cfg = &config.NamedConfig{
+		Name:       c.name,
+		Config:     cfg,
+		Source:     config.Source{Object: "Secret " + c.ref},
+		Properties: argoCDProperties(s),
+	}
+	return c
+}
+
+// argoCDProperties is what an Argo CD cluster Secret says about its
+// cluster beyond how to reach it; nil if nothing.
+func argoCDProperties(s *corev1.Secret) map[string]string {
+	p := map[string]string{}
+	if v := strings.TrimSpace(string(s.Data[argoCDProjectKey])); v != "" && propertyValueOK(v) {
+		p[ArgoCDProjectProperty] = v
+	}
+	if v := strings.TrimSpace(string(s.Data[argoCDShardKey])); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			p[ArgoCDShardProperty] = strconv.FormatInt(n, 10)
+		}
+	}
+	meta := map[string]string{}
+	for k, v := range s.Labels {
+		if k != ArgoCDSecretLabel {
+			meta[ArgoCDLabelPropertyPrefix+k] = v
+		}
+	}
+	for k, v := range s.Annotations {
+		if k != corev1.LastAppliedConfigAnnotation && k != argoCDManagedByAnnotation {
+			meta[ArgoCDAnnotationPropertyPrefix+k] = v
+		}
+	}
+	keys := make([]string, 0, len(meta))
+	for k, v := range meta {
+		if propertyValueOK(v) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys[:min(len(keys), argoCDMaxMetaProperties)] {
+		p[k] = meta[k]
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	return p
+}
+
+func propertyValueOK(v string) bool {
+	return len(v) <= argoCDMaxPropertyValue && utf8.ValidString(v)
+}
+
+// argoCDInClusterConfig is how Argo CD reaches the cluster it runs in: with
+// its own credentials (host, the config the watcher was given), or, when
+// the Secret's config carries a username, password or bearer token, at the
+// same address and with the same trust but with those credentials alone.
+// The rest of the Secret's config (TLS client settings, proxy, plugins)
+// is ignored there, as Argo CD ignores it.
+func argoCDInClusterConfig(host *rest.Config, ac *argoCDClusterConfig) *rest.Config {
+	if ac.Username == "" && ac.Password == "" && ac.BearerToken == "" {
+		return rest.CopyConfig(host)
+	}
+	cfg := rest.AnonymousClientConfig(host)
+	cfg.Username, cfg.Password, cfg.BearerToken = ac.Username, ac.Password, ac.BearerToken
+	return cfg
+}
 
 // argoCDClusterConfig is the part of the JSON in an Argo CD cluster
 // Secret's "config" key that says how to reach the cluster. Fields Argo CD
@@ -64,8 +209,10 @@ const argoCDExecAPIVersion = "client.authentication.k8s.io/v1beta1"
 
 // argoCDConfig reads an Argo CD cluster Secret: the cluster's name (also
 // returned, when known, with an error about the rest, so that a broken
-// Secret keeps its cluster) and its config.
-func argoCDConfig(data map[string][]byte, allowPlugins bool) (string, *rest.Config, error) {
+// Secret keeps its cluster) and its config. inCluster is the config of the
+// cluster Argo CD runs in, for a Secret whose server is
+// ArgoCDInClusterServer; nil refuses such a Secret.
+func argoCDConfig(data map[string][]byte, allowPlugins bool, inCluster *rest.Config) (string, *rest.Config, error) {
 	name := strings.TrimSpace(string(data[argoCDNameKey]))
 	if name == "" {
 		return "", nil, fmt.Errorf("%w: no %q key, or an empty one", ErrSecretInvalid, argoCDNameKey)
@@ -81,13 +228,28 @@ func argoCDConfig(data map[string][]byte, allowPlugins bool) (string, *rest.Conf
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
 		return fail("%q %s is not an http(s) URL", argoCDServerKey, quoteURL(server))
 	}
-	if len(strings.TrimSpace(string(data[argoCDConfigKey]))) == 0 {
-		return fail("no %q key, or an empty one", argoCDConfigKey)
+	// Argo CD stores the server without trailing slashes and compares
+	// it so.
+	isInCluster := strings.TrimRight(server, "/") == ArgoCDInClusterServer
+	if isInCluster && inCluster == nil {
+		return name, nil, fmt.Errorf("cluster %s: %w: its %q is %s (DisableArgoCDInCluster)", config.QuoteName(name), ErrArgoCDInClusterDisabled, argoCDServerKey, ArgoCDInClusterServer)
 	}
 	var ac argoCDClusterConfig
-	if err := json.Unmarshal(data[argoCDConfigKey], &ac); err != nil {
-		// encoding/json quotes at most a character of the input.
-		return fail("%q is not a JSON cluster config: %s", argoCDConfigKey, config.Redact(err.Error()))
+	switch {
+	case len(strings.TrimSpace(string(data[argoCDConfigKey]))) == 0:
+		// The cluster Argo CD runs in needs no config: Argo CD reads
+		// none then.
+		if !isInCluster {
+			return fail("no %q key, or an empty one", argoCDConfigKey)
+		}
+	default:
+		if err := json.Unmarshal(data[argoCDConfigKey], &ac); err != nil {
+			// encoding/json quotes at most a character of the input.
+			return fail("%q is not a JSON cluster config: %s", argoCDConfigKey, config.Redact(err.Error()))
+		}
+	}
+	if isInCluster {
+		return name, argoCDInClusterConfig(inCluster, &ac), nil
 	}
 
 	cfg := &rest.Config{

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/internal/fuzzcheck"
@@ -23,7 +24,10 @@ func secretWatcherFor(t *testing.T, allowPlugins bool, opts ...SecretOption) *Se
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &SecretWatcher{opts: o, claimed: newClaimsState(), claims: map[string]string{}}
+	// The host's own credential must never show either: Argo CD's
+	// in-cluster Secrets are reached with this config.
+	host := &rest.Config{Host: "https://127.0.0.1:6443", BearerToken: fuzzcheck.Token}
+	return &SecretWatcher{opts: o, hostCfg: host, claimed: newClaimsState(), claims: map[string]string{}}
 }
 
 // claimSecret reads s as the watcher's cache would hand it over
@@ -80,6 +84,11 @@ func FuzzArgoCDSecret(f *testing.F) {
 	f.Add([]byte("east"), []byte("https://admin:"+fuzzcheck.Password+"@h"), []byte(`{"username":"admin","password":"`+fuzzcheck.Password+`"}`), []byte(""), false)
 	f.Add([]byte("east"), []byte("https://h"), []byte(`{"execProviderConfig":{"command":"x","apiVersion":"client.authentication.k8s.io/v1","env":{"K":"`+fuzzcheck.EnvValue+`"}}}`), []byte(""), true)
 	f.Add([]byte("east"), []byte("https://h"), []byte(`{"awsAuthConfig":{"clusterName":"c","roleARN":"arn:aws:iam::1:role/r"}}`), []byte(""), true)
+	// Argo CD's in-cluster Secret, as Argo CD writes it, with its own
+	// credentials and with none at all.
+	f.Add([]byte("in-cluster"), []byte(ArgoCDInClusterServer), []byte(`{"tlsClientConfig":{"insecure":false}}`), []byte(""), false)
+	f.Add([]byte("in-cluster"), []byte(ArgoCDInClusterServer+"/"), []byte(`{"bearerToken":"`+fuzzcheck.Token+`","execProviderConfig":{"command":"x"}}`), []byte(""), false)
+	f.Add([]byte("in-cluster"), []byte(ArgoCDInClusterServer), []byte(""), []byte(""), false)
 	f.Fuzz(func(t *testing.T, name, server, cfg, namespaces []byte, allowPlugins bool) {
 		w := secretWatcherFor(t, allowPlugins, ArgoCDFormat())
 		s := &corev1.Secret{
@@ -87,7 +96,15 @@ func FuzzArgoCDSecret(f *testing.F) {
 			Data: map[string][]byte{
 				argoCDNameKey: name, argoCDServerKey: server, argoCDConfigKey: cfg,
 				"namespaces": namespaces, "clusterResources": []byte("true"), "project": []byte(fuzzcheck.Token),
+				"shard": namespaces,
 			},
+		}
+		// The labels and annotations Argo CD keeps become Properties;
+		// the last-applied copy of the Secret never does.
+		s.Labels["team"] = string(name)
+		s.Annotations = map[string]string{
+			"note":                             string(namespaces),
+			corev1.LastAppliedConfigAnnotation: `{"data":{"config":"` + fuzzcheck.Token + `"}}`,
 		}
 		l := newLeakCheck(s.Namespace+"/"+s.Name, string(name), strings.TrimSpace(string(name)))
 		l.url(strings.TrimSpace(string(server)))

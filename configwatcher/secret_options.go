@@ -97,6 +97,21 @@ type SecretOptions struct {
 	// controller's process.
 	AllowAuthPlugins bool
 
+	// ArgoCDInClusterDisabled refuses, in the Argo CD format, Secrets
+	// whose server is ArgoCDInClusterServer (each is reported with
+	// ErrArgoCDInClusterDisabled, naming the Secret), as Argo CD does with
+	// cluster.inClusterEnabled: "false" in its argocd-cm. By default, as
+	// in Argo CD, such a Secret means the cluster Argo CD runs in: the
+	// host, reached with the config the watcher was given (see
+	// ArgoCDInClusterServer), under the Secret's "name".
+	ArgoCDInClusterDisabled bool
+
+	// ArgoCDDeleteOnDeletionStart deletes, in the Argo CD format, a cluster
+	// from the fleet as soon as its Secret's deletion starts
+	// (metadata.deletionTimestamp set, finalizers pending), rather than
+	// once the Secret is gone (the default, which is what Argo CD does).
+	ArgoCDDeleteOnDeletionStart bool
+
 	// Logger receives the watcher's errors and, at V(1), every event.
 	// Defaults to a logger that discards. Set it with WithLogger.
 	Logger logr.Logger
@@ -148,6 +163,16 @@ func (f FileOption) applyInline(ctor string, log *logr.Logger, allowPlugins *boo
 // multicluster-runtime's kubeconfig Secrets (see SecretWatcher).
 func ArgoCDFormat() SecretOption {
 	return secretOptionFunc(func(o *SecretOptions) { o.Format = ArgoCDSecretFormat })
+}
+
+// DisableArgoCDInCluster sets SecretOptions.ArgoCDInClusterDisabled.
+func DisableArgoCDInCluster() SecretOption {
+	return secretOptionFunc(func(o *SecretOptions) { o.ArgoCDInClusterDisabled = true })
+}
+
+// ArgoCDDeleteOnDeletionStart sets SecretOptions.ArgoCDDeleteOnDeletionStart.
+func ArgoCDDeleteOnDeletionStart() SecretOption {
+	return secretOptionFunc(func(o *SecretOptions) { o.ArgoCDDeleteOnDeletionStart = true })
 }
 
 // WithSecretNamespace sets SecretOptions.Namespace.
