@@ -57,6 +57,11 @@ var (
 // and on every change works out the whole fleet again and publishes only
 // the difference: a rotated token or a new endpoint is one Updated event,
 // a change that does not alter the config (an annotation, say) is none.
+// In the Argo CD format, "project", "shard", labels and annotations are
+// Properties (see ArgoCDProjectProperty): a change to them is an Updated
+// event that a Server takes without restarting the member. A Secret whose
+// server is ArgoCDInClusterServer is the host itself (see
+// DisableArgoCDInCluster).
 // Removing the Secret, or its label, is what removes a cluster.
 //
 // A Secret is untrusted input: whoever can write one chooses the server the
