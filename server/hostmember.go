@@ -22,7 +22,9 @@ var hostMemberSource = config.Source{Object: "the host cluster (Options.HostMemb
 // the Server's own from then on: Add, Update and Delete of it, and a
 // watcher's event for it, are refused with ErrClusterNameTaken.
 func (s *Server) addHostMember(name string, cfg *rest.Config) error {
-	nc := &config.NamedConfig{Name: name, Config: rest.CopyConfig(cfg), Source: hostMemberSource}
+	own := rest.CopyConfig(cfg)
+	own.RateLimiter = nil // CopyConfig shares it: the member limits itself by QPS and Burst (or MemberQPS)
+	nc := &config.NamedConfig{Name: name, Config: own, Source: hostMemberSource}
 	if err := validate(nc); err != nil {
 		return fmt.Errorf("Options.HostMember: %w", err)
 	}

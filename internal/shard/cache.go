@@ -87,9 +87,10 @@ func (e *entry) expired(now time.Time, fallback time.Duration) bool {
 }
 
 // cache is this replica's view of its Group's Leases, fed by the watch
-// (watched, relist) and by its own reads and writes (fresh). A read or a
-// write's answer comes from the API server and wins over what the watch
-// delivered so far; a version the replica has seen replaced is never taken
+// (watched, relist) and by its own reads (fresh) and writes (written). A
+// read comes from the API server and wins over anything seen before; a
+// write's answer wins over what the watch delivered so far unless that is
+// a later version; a version the replica has seen replaced is never taken
 // back from a watch that lags — the stale copy a lagging informer holds is
 // exactly what made renewals conflict for as long as it lagged.
 type cache struct {
@@ -118,15 +119,24 @@ func (c *cache) belongs(l *coordinationv1.Lease) bool {
 	return l.Annotations[GroupAnnotation] == c.group && (role == RoleReplica || role == RoleCluster)
 }
 
-// fresh takes l as read from the API server or returned by a write.
-func (c *cache) fresh(l *coordinationv1.Lease) {
+// fresh takes l as read from the API server: what the API server has now,
+// whatever this replica saw before — even a version that compares lower
+// (etcd restored from a backup).
+func (c *cache) fresh(l *coordinationv1.Lease) { c.take(l, true) }
+
+// written takes l as a write's answer: the API server's version when it
+// applied the write, unless a later version is known already (the answer
+// came late, after the watch delivered another replica's write).
+func (c *cache) written(l *coordinationv1.Lease) { c.take(l, false) }
+
+func (c *cache) take(l *coordinationv1.Lease, read bool) {
 	if !c.belongs(l) {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.superseded[l.Name] = slices.DeleteFunc(c.superseded[l.Name], func(rv string) bool { return rv == l.ResourceVersion })
-	c.putLocked(l, false)
+	c.putLocked(l, false, read)
 }
 
 // watched takes l as the watch delivered it.
@@ -144,10 +154,12 @@ func (c *cache) watchedLocked(l *coordinationv1.Lease) bool {
 	if slices.Contains(c.superseded[l.Name], l.ResourceVersion) {
 		return false
 	}
-	return c.putLocked(l, true)
+	return c.putLocked(l, true, false)
 }
 
-func (c *cache) putLocked(l *coordinationv1.Lease, watched bool) (changed bool) {
+// putLocked stores l; read says it was read from the API server, and so
+// stands even if an earlier version of the Lease is known.
+func (c *cache) putLocked(l *coordinationv1.Lease, watched, read bool) (changed bool) {
 	now := c.clock.Now()
 	old := c.entries[l.Name]
 	e := &entry{lease: l, rec: recordOf(l), since: now, watched: watched, at: now}
@@ -156,12 +168,14 @@ func (c *cache) putLocked(l *coordinationv1.Lease, watched bool) (changed bool) 
 			old.watched = old.watched || watched
 			return false
 		}
-		if !old.gone && older(l, old.lease) {
+		if !old.gone && !read && older(l, old.lease) {
 			// A write's answer that arrives after the watch delivered a
 			// later write (another replica's take of a Lease this one just
-			// released, say): the later version stands. Replacing it would
-			// make this replica's next write conflict, and its judgement
-			// of the holder start over.
+			// released, say), or a watch behind a write's answer: the later
+			// version stands. Replacing it would make this replica's next
+			// write conflict, and its judgement of the holder start over.
+			// A read always wins: after a restore from backup the API
+			// server's versions may compare lower than those seen before.
 			return false
 		}
 		if old.rec == e.rec {

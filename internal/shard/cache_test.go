@@ -28,7 +28,7 @@ func TestCacheKeepsTheLaterVersion(t *testing.T) {
 
 	c.watched(released)
 	c.watched(taken)
-	c.fresh(released) // the release's answer, late
+	c.written(released) // the release's answer, late
 	if e, _ := c.get("c1"); e.lease.ResourceVersion != "105" || e.rec.holder != "b" {
 		t.Fatalf("after a late write answer: holder %q at %s, want b at 105", e.rec.holder, e.lease.ResourceVersion)
 	}
@@ -39,7 +39,7 @@ func TestCacheKeepsTheLaterVersion(t *testing.T) {
 
 	// The answer first and the watch after: the later version wins too.
 	c2 := newCache(clk, "fleet", time.Second, nil)
-	c2.fresh(taken)
+	c2.written(taken)
 	c2.watched(released)
 	if e, _ := c2.get("c1"); e.lease.ResourceVersion != "105" {
 		t.Fatalf("a lagging watch replaced a write's answer: version %s, want 105", e.lease.ResourceVersion)
@@ -48,7 +48,7 @@ func TestCacheKeepsTheLaterVersion(t *testing.T) {
 	// A Lease deleted and created again (another UID) is not compared.
 	again := versioned(groupLease("c1", "c"), "90")
 	again.UID = "uid-2"
-	c2.fresh(again)
+	c2.written(again)
 	if e, _ := c2.get("c1"); e.rec.holder != "c" {
 		t.Fatalf("a new Lease of the same name was refused: holder %q", e.rec.holder)
 	}
@@ -76,5 +76,23 @@ func TestTombstoneTellsTheLastRenewal(t *testing.T) {
 	c.prune(clk.Now(), 8*time.Second)
 	if _, ok := c.get(l.Name); ok {
 		t.Fatal("tombstone kept past twice its declared duration")
+	}
+}
+
+// TestCacheTakesARestoredLease: etcd restored from a backup serves a Lease
+// at a version that compares lower than one seen before. A read of it
+// wins, and the watch's later versions of it are taken from then on, so
+// that the replica's writes stop conflicting.
+func TestCacheTakesARestoredLease(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := newCache(clk, "fleet", time.Second, nil)
+	c.watched(versioned(groupLease("c1", "a"), "5000"))
+	c.fresh(versioned(groupLease("c1", "b"), "120")) // read after a conflict
+	if e, _ := c.get("c1"); e.rec.holder != "b" || e.lease.ResourceVersion != "120" {
+		t.Fatalf("after reading the restored Lease: holder %q at %s, want b at 120", e.rec.holder, e.lease.ResourceVersion)
+	}
+	c.watched(versioned(groupLease("c1", "c"), "121"))
+	if e, _ := c.get("c1"); e.rec.holder != "c" {
+		t.Fatalf("the watch's next version after the restore was refused: holder %q", e.rec.holder)
 	}
 }

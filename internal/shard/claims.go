@@ -70,15 +70,16 @@ func (c *Coordinator) settle(ctx context.Context, name string, snap map[string]e
 			delete(c.claims, name)
 		}
 	}()
+	want := run && desired && owner == c.o.Identity
+	if !want {
+		cl.waiting = "" // not assigned here (any more): nothing to wait for
+	}
 	now := c.o.Clock.Now()
 	leaseName := ClusterLeaseName(c.o.Group, name)
 	e, exists := snap[leaseName]
 	if exists && (e.role() != RoleCluster || e.rec.cluster != name) {
+		c.wait(name, cl, want, "its Lease's name is taken by another Lease")
 		return // not this cluster's Lease, whatever its name says: leave it alone
-	}
-	want := run && desired && owner == c.o.Identity
-	if !want {
-		cl.waiting = "" // not assigned here (any more): nothing to wait for
 	}
 
 	if cl.running && !want {
@@ -315,7 +316,7 @@ func (c *Coordinator) write(ctx context.Context, name string, cl *claim, base *e
 	cancel()
 	switch {
 	case err == nil:
-		c.cache.fresh(got)
+		c.cache.written(got)
 		c.writes.ok()
 		cl.lastRV, cl.pending = "", false
 		if holder == c.o.Identity {

@@ -351,3 +351,33 @@ func TestSimLostClusterWrites(t *testing.T) {
 	}
 	s.rec.noDoubles(t)
 }
+
+// TestSimForeignLeaseUnderAClustersName: a Lease that has a cluster's
+// Lease name but says it is another's is left alone while it stands: the
+// cluster waits, saying why once, and once it leaves the fleet nothing of
+// it is kept.
+func TestSimForeignLeaseUnderAClustersName(t *testing.T) {
+	s := newSim(t, 1)
+	name := s.names[0]
+	s.store.put(&coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        ClusterLeaseName("fleet", name),
+			Labels:      map[string]string{GroupLabel: GroupKey("fleet"), RoleLabel: RoleCluster},
+			Annotations: map[string]string{GroupAnnotation: "fleet", ClusterAnnotation: "another", WriterAnnotation: "elsewhere"},
+		},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("ghost"), LeaseDurationSeconds: ptr.To(int32(15))},
+	})
+	a := s.add("a", defaultTiming, Options{})
+	s.run(10 * time.Second) // within the foreign Lease's declared 15 s
+	if n := s.rec.startsOf("a", name); n != 0 {
+		t.Errorf("the cluster started %d times under a Lease that is not its own", n)
+	}
+	if n := a.lines.count("its Lease's name is taken by another Lease"); n != 1 {
+		t.Errorf("the reason the cluster waits was said %d times, want once", n)
+	}
+	s.names = nil // the cluster leaves the fleet
+	s.run(2 * time.Second)
+	if _, kept := a.c.claims[name]; kept {
+		t.Errorf("a claim on %s is kept after it left the fleet", name)
+	}
+}

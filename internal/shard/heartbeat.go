@@ -254,7 +254,7 @@ func (h *heartbeat) desired(base *coordinationv1.Lease, now time.Time) *coordina
 func (h *heartbeat) acked(sent time.Time, l *coordinationv1.Lease) {
 	h.last, h.wrote = l, true
 	h.renewed.Store(sent.UnixNano())
-	h.cache.fresh(l)
+	h.cache.written(l)
 	h.fails.ok("lease", h.name)
 }
 
