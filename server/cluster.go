@@ -397,6 +397,19 @@ func (c *cluster) unreachable(g *generation, err error) {
 	c.setPhaseLocked(g, PhaseUnreachable, err)
 }
 
+// recovered makes an Unreachable member Ready again as it runs: its API
+// server answers, and nothing of it broke meanwhile.
+func (c *cluster) recovered(g *generation) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g != c.gen || g.stopping() || c.status.Phase != PhaseUnreachable {
+		return
+	}
+	// The route first, as for Unreachable.
+	c.env.routes.SetUnreachable(c.name, nil)
+	c.setPhaseLocked(g, PhaseReady, nil)
+}
+
 func (c *cluster) failed(g *generation, err error, retryIn time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

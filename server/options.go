@@ -118,10 +118,16 @@ type Options struct {
 	// through the member's own requests). Default 5s.
 	ReachProbeInterval time.Duration
 	// ReachProbeTimeout bounds one probe; a probe without an answer by
-	// then makes the member Unreachable. Default 5s.
+	// then makes the member Unreachable. If the next probe is answered and
+	// no request or watch of the member failed meanwhile (one slow answer
+	// of a busy API server), the member is Ready again as it runs; after a
+	// longer outage, or one that broke its connections, it restarts to
+	// resync. Default 5s.
 	ReachProbeTimeout time.Duration
 	// MaxConcurrentProbes bounds how many probes are in flight at once
-	// across the fleet; the others wait their turn. Default 32.
+	// across the fleet; the others wait their turn, so with many members
+	// whose API servers hang (each holding a slot for ReachProbeTimeout)
+	// the others' probes can come later than ReachProbeInterval. Default 32.
 	MaxConcurrentProbes int
 
 	// probes is the Limiter of MaxConcurrentProbes, made with the defaults

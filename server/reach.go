@@ -40,6 +40,13 @@ func (o reachObserver) Unreachable(err error) {
 	o.g.log.Error(err, "cluster unreachable; serving from cache until it answers")
 }
 
+// Recovered: one probe went unanswered and nothing else failed; the
+// member is Ready again as it runs.
+func (o reachObserver) Recovered() {
+	o.g.c.recovered(o.g)
+	o.g.log.Info("cluster reachable again after one slow answer; its watches held, no restart")
+}
+
 func (o reachObserver) Reconnected() {
 	o.g.log.Info("cluster reachable again; restarting it to resync")
 	o.end.stop(errReconnected)

@@ -53,11 +53,20 @@ type Observer interface {
 	// Unreachable is told once per outage: a probe of an API server that
 	// had answered got no answer.
 	Unreachable(err error)
-	// Reconnected is told when, after Unreachable, a probe got an answer.
+	// Reconnected is told when, after Unreachable, a probe got an answer
+	// and the outage broke something: a request or watch of the member
+	// failed without an answer, or more than one probe went unanswered.
 	// Run returns right after: the member should restart, with fresh
 	// lists, rather than wait for its informers' retry backoff (up to 30s
 	// in client-go).
 	Reconnected()
+	// Recovered is told when, after Unreachable, the very next probe got
+	// an answer, the one it follows timed out, and no request or watch of
+	// the member failed meanwhile: one slow answer (a busy API server), its
+	// watches intact. The member
+	// is reachable again as it is; restarting it would only add a relist
+	// to the load of a server that is slow already. Run goes on.
+	Recovered()
 	// Rejected is told when the API server rejected the member's
 	// credentials: its Manager could only ever see stale data.
 	Rejected(err error)
@@ -81,6 +90,9 @@ type Monitor struct {
 	running atomic.Bool
 	// suspect holds a wake-up for Run: a request got no answer.
 	suspect chan struct{}
+	// broken says a request or watch got no answer since the API server
+	// last answered a probe.
+	broken atomic.Bool
 }
 
 // New returns a Monitor for the member reached through cfg. It wraps cfg's
@@ -142,6 +154,7 @@ func (m *Monitor) suspectOutage() {
 	if !m.running.Load() {
 		return
 	}
+	m.broken.Store(true)
 	select {
 	case m.suspect <- struct{}{}:
 	default:
@@ -158,7 +171,7 @@ func (m *Monitor) suspectOutage() {
 func (m *Monitor) Run(ctx context.Context) {
 	m.running.Store(true)
 	defer m.running.Store(false)
-	down := false
+	down, missed, slow := false, 0, false
 	due, periodic := m.next(false)
 	for {
 		if !m.wait(ctx, &due, &periodic) {
@@ -170,12 +183,22 @@ func (m *Monitor) Run(ctx context.Context) {
 		}
 		m.obs.Probed(res)
 		switch {
-		case res.Err != nil && !down:
-			down = true
-			m.obs.Unreachable(res.Err)
-		case res.Err == nil && down:
+		case res.Err != nil:
+			missed++
+			slow = errors.Is(res.Err, ErrNoAnswer)
+			if !down {
+				down = true
+				m.obs.Unreachable(res.Err)
+			}
+		case down && missed == 1 && slow && !m.broken.Load():
+			down, missed = false, 0
+			m.obs.Recovered()
+		case down:
 			m.obs.Reconnected()
 			return
+		default:
+			missed = 0
+			m.broken.Store(false)
 		}
 		due, periodic = m.next(down)
 	}

@@ -21,6 +21,7 @@ import (
 type apiServer struct {
 	*httptest.Server
 	mode     atomic.Int32 // 0 answer, 1 hang, 2 answer 503
+	hangOnce atomic.Bool  // hang the next request only
 	latency  time.Duration
 	inFlight atomic.Int32
 	maxIn    atomic.Int32
@@ -39,7 +40,11 @@ func newAPIServer(t *testing.T, latency time.Duration) *apiServer {
 		if s.latency > 0 {
 			time.Sleep(s.latency)
 		}
-		switch s.mode.Load() {
+		mode := s.mode.Load()
+		if s.hangOnce.CompareAndSwap(true, false) {
+			mode = 1
+		}
+		switch mode {
 		case 1:
 			select {
 			case <-r.Context().Done():
@@ -73,6 +78,7 @@ type events struct {
 	mu                         sync.Mutex
 	probes                     []Result
 	unreachable, reconnected   int
+	recovered                  int
 	rejected, watchFailed      []error
 	unreachableCh, reconnectCh chan struct{}
 }
@@ -94,6 +100,7 @@ func (e *events) Reconnected() {
 	e.mu.Unlock()
 	e.reconnectCh <- struct{}{}
 }
+func (e *events) Recovered() { e.mu.Lock(); e.recovered++; e.mu.Unlock() }
 func (e *events) Rejected(err error) {
 	e.mu.Lock()
 	e.rejected = append(e.rejected, err)
@@ -167,6 +174,10 @@ func TestRunFindsAHungServerWithoutRequests(t *testing.T) {
 	ev.mu.Unlock()
 	if !errors.Is(last.Err, ErrNoAnswer) || last.Took < timeout {
 		t.Errorf("last probe %+v, want ErrNoAnswer after the timeout", last)
+	}
+	// An outage, not one slow answer: a second probe goes unanswered too.
+	for n := s.probes.Load() + 1; s.probes.Load() <= n; {
+		time.Sleep(10 * time.Millisecond)
 	}
 	s.mode.Store(0)
 	within(t, 5*time.Second, "reconnected", ev.reconnectCh)
@@ -301,5 +312,51 @@ func TestLimiterBoundsProbesInFlight(t *testing.T) {
 	}
 	if _, u, _ := ev.count(); u != 0 {
 		t.Errorf("%d members found unreachable while waiting their turn", u)
+	}
+}
+
+// One slow answer — a single probe times out, the next is answered, and no
+// request of the member failed meanwhile — is Unreachable and then
+// Recovered, without Reconnected: the member keeps its watches and is not
+// restarted, and Run goes on probing.
+func TestRunOneSlowAnswerRecoversInPlace(t *testing.T) {
+	noLeaks(t)
+	s := newAPIServer(t, 0)
+	ev := newEvents()
+	const timeout = 100 * time.Millisecond
+	m, err := New(s.config(t), Options{Interval: 50 * time.Millisecond, OutageInterval: 20 * time.Millisecond, Timeout: timeout}, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, m)
+	for range 5 {
+		s.hangOnce.Store(true) // the next probe times out, the one after is answered
+		within(t, 5*time.Second, "unreachable", ev.unreachableCh)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			ev.mu.Lock()
+			rec := ev.recovered
+			ev.mu.Unlock()
+			if rec > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("not recovered after one slow answer")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		ev.mu.Lock()
+		ev.recovered = 0
+		ev.mu.Unlock()
+	}
+	if _, u, r := ev.count(); u != 5 || r != 0 {
+		t.Errorf("told unreachable %d, reconnected %d times; want 5, 0", u, r)
+	}
+	// Run still probes.
+	n := s.probes.Load()
+	for deadline := time.Now().Add(5 * time.Second); s.probes.Load() < n+3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Run stopped probing after recovering")
+		}
 	}
 }
