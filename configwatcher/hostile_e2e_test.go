@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -234,7 +233,7 @@ func TestHostileNamesThroughServer(t *testing.T) {
 	}
 
 	// The Server, fed by all of them at once.
-	metricsAddr := freeLoopbackAddress(t)
+	metricsAddr := test.FreeAddress(t)
 	srv, err := mccrserver.NewServer(e.host.Config, ctrl.Options{
 		Logger:                 testr.New(t),
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
@@ -379,21 +378,6 @@ func checkWatchErrorsClean(t *testing.T, srv *mccrserver.Server) {
 			t.Errorf("watch error of %d bytes, starting %q: a hostile name must be cut", len(msg), msg[:200])
 		}
 	}
-}
-
-// freeLoopbackAddress is a loopback address with a port free a moment ago,
-// for a server that cannot tell which port it was given.
-func freeLoopbackAddress(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 // scrapeMetrics reads the metrics endpoint at addr.

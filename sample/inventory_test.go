@@ -45,7 +45,7 @@ func TestInventory(t *testing.T) {
 		p := start(t, "inventory", append([]string{
 			"--kubeconfig", host.KubeconfigPath,
 			"--metrics-bind-address", "0",
-			"--health-probe-bind-address", freeAddr(t),
+			"--health-probe-bind-address", test.FreeAddress(t),
 			"--namespace", ns,
 			"--log-json"}, args...)...)
 		waitSeenIn(t, mc, ns, "listed", cluster)

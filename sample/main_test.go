@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -295,17 +294,6 @@ func dropKubeconfig(t *testing.T, c *test.Cluster, dir string) {
 	if err := os.Rename(tmp, filepath.Join(dir, c.Name+".kubeconfig")); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// freeAddr returns a loopback address nobody listens on right now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 type lockedBuffer struct {

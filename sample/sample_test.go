@@ -48,7 +48,7 @@ func TestBasic(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	metrics, probes := freeAddr(t), freeAddr(t)
+	metrics, probes := test.FreeAddress(t), test.FreeAddress(t)
 	p := start(t, "basic",
 		"--kubeconfig", host.KubeconfigPath,
 		"--clusters", clusters,
@@ -107,7 +107,7 @@ func TestFileWatcher(t *testing.T) {
 		"--kubeconfig", f.Cluster("host").KubeconfigPath,
 		"--clusters", dir,
 		"--metrics-bind-address", "0",
-		"--health-probe-bind-address", freeAddr(t),
+		"--health-probe-bind-address", test.FreeAddress(t),
 		"--log-json")
 	waitSeenIn(t, m1, ns, "cm", "m1")
 	if p.logLine("cluster added", "cluster", "m2") {
@@ -164,7 +164,7 @@ func TestKubeFed(t *testing.T) {
 	p := start(t, "kubefed",
 		"--kubeconfig", host.KubeconfigPath,
 		"--metrics-bind-address", "0",
-		"--health-probe-bind-address", freeAddr(t),
+		"--health-probe-bind-address", test.FreeAddress(t),
 		"--log-json")
 	for name, c := range members {
 		waitSeenIn(t, c, ns, "cm", name)

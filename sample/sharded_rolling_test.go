@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/mccr-dev/mccr/sample/internal/reconciler"
+	"github.com/mccr-dev/mccr/test"
 )
 
 // timing is one replica's lease timing, as its flags set it.
@@ -89,7 +90,7 @@ func TestShardedRollingUpdate(t *testing.T) {
 		repl := fmt.Sprintf("b%d", i+1)
 		st := handoverStep{name: fmt.Sprintf("surge: %s (%s) up and ready, then %s SIGTERM", repl, timingB, old),
 			bound: handoverBound, from: time.Now()}
-		probe := freeAddr(t)
+		probe := test.FreeAddress(t)
 		s.startReplica(repl, timingB, "--health-probe-bind-address", probe)
 		httpGet(t, "http://"+probe+"/readyz")
 		s.replicas[old].terminate()

@@ -261,7 +261,7 @@ func (s *shardRun) start(id string) {
 // timings.
 func (s *shardRun) startWith(id string, extra ...string) {
 	s.t.Helper()
-	s.metrics[id] = freeAddr(s.t)
+	s.metrics[id] = test.FreeAddress(s.t)
 	args := append(slices.Clone(s.args), "--shard-identity", id, "--metrics-bind-address", s.metrics[id])
 	args = append(args, extra...)
 	p := startCmd(s.t, "sharded "+id, exec.Command(filepath.Join(bin, "sharded"), args...))

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"html"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -64,20 +63,6 @@ func browse(t *testing.T, bin, url, screenshot string) string {
 	return stdout.String()
 }
 
-// freeAddress returns a loopback address nothing listens on.
-func freeAddress(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
 var (
 	rowRE   = regexp.MustCompile(`(?s)<tr class="cluster" data-phase="([^"]*)">(.*?)</tr>`)
 	nameRE  = regexp.MustCompile(`(?s)<td class="name">(.*?)</td>`)
@@ -130,7 +115,7 @@ func read(t *testing.T, dom string) seen {
 func TestFleetPageInBrowser(t *testing.T) {
 	bin := chromium(t)
 	ns := testNamespace(t)
-	addr := freeAddress(t)
+	addr := test.FreeAddress(t)
 	r := startServer(t, ns, func(o *ctrl.Options) {
 		o.Metrics = metricsserver.Options{BindAddress: addr}
 	}, func(o *server.Options) { o.FleetPage = true })
@@ -241,7 +226,7 @@ func TestFleetPageInBrowser(t *testing.T) {
 // serves no fleet page.
 func TestFleetPageOffByDefault(t *testing.T) {
 	ns := testNamespace(t)
-	addr := freeAddress(t)
+	addr := test.FreeAddress(t)
 	startServer(t, ns, func(o *ctrl.Options) { o.Metrics = metricsserver.Options{BindAddress: addr} })
 	test.Eventually(t, 30*time.Second, "/metrics answers", func() bool {
 		res, err := http.Get("http://" + addr + "/metrics")

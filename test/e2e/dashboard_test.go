@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -374,7 +373,7 @@ func scrapeExported(t *testing.T, enough func(map[string]string) bool) map[strin
 	names := []string{"dash-a", "dash-b"}
 	rec := &failingReconciler{}
 	replica := func(id string) (addr string, stop func() error) {
-		addr = freeAddr(t)
+		addr = test.FreeAddress(t)
 		srv, err := server.NewServer(fleet.Cluster("host").Config, ctrl.Options{
 			Logger:                  test.Logger(t).WithValues("replica", id),
 			Metrics:                 metricsserver.Options{BindAddress: addr},
@@ -473,21 +472,6 @@ func (r *failingReconciler) seen(n int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.fine) >= n && len(r.failures) >= n
-}
-
-// freeAddr returns a loopback address with a port free right now, for a
-// metrics server whose address the test must know.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 // scrape reads the families a Prometheus text endpoint serves, from its
