@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -65,29 +66,54 @@ func unreachable(t testing.TB, name string) *config.NamedConfig {
 	return nc
 }
 
-// metricValue reads from controller-runtime's registry the value of the
-// counter or gauge name whose label has value (-1: no such series).
-func metricValue(t *testing.T, name, label, value string) float64 {
+// family returns the series of the metric name in controller-runtime's
+// registry, none if it has no series.
+func family(t *testing.T, name string) []*dto.Metric {
 	t.Helper()
 	mfs, err := crmetrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() != label || l.GetValue() != value {
-					continue
-				}
-				if c := m.GetCounter(); c != nil {
-					return c.GetValue()
-				}
-				return m.GetGauge().GetValue()
-			}
+		if mf.GetName() == name {
+			return mf.GetMetric()
 		}
 	}
-	return -1
+	return nil
+}
+
+// label returns the value of a series' label name ("" if it has none).
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// series returns the series of the metric name whose label key has value,
+// or nil.
+func series(t *testing.T, name, key, value string) *dto.Metric {
+	t.Helper()
+	for _, m := range family(t, name) {
+		if label(m, key) == value {
+			return m
+		}
+	}
+	return nil
+}
+
+// metricValue reads the value of the counter or gauge name whose label
+// key has value (-1: no such series).
+func metricValue(t *testing.T, name, key, value string) float64 {
+	t.Helper()
+	m := series(t, name, key, value)
+	switch {
+	case m == nil:
+		return -1
+	case m.GetCounter() != nil:
+		return m.GetCounter().GetValue()
+	}
+	return m.GetGauge().GetValue()
 }

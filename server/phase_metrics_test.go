@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-
 	"github.com/mccr-dev/mccr/test"
 )
 
@@ -14,28 +12,10 @@ import (
 // cluster, with their values.
 func phaseSeries(t *testing.T, cluster string) map[string]float64 {
 	t.Helper()
-	mfs, err := crmetrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "mccr_cluster_phase" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var c, p string
-			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "cluster":
-					c = l.GetValue()
-				case "phase":
-					p = l.GetValue()
-				}
-			}
-			if c == cluster {
-				out[p] = m.GetGauge().GetValue()
-			}
+	for _, m := range family(t, "mccr_cluster_phase") {
+		if label(m, "cluster") == cluster {
+			out[label(m, "phase")] = m.GetGauge().GetValue()
 		}
 	}
 	return out

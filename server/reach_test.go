@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/mccr-dev/mccr/config"
@@ -333,26 +332,11 @@ func TestReachProbesAreBoundedAcrossTheFleet(t *testing.T) {
 }
 
 // histogramCount is the sample count of the histogram name's series whose
-// label has value, and whether there is such a series.
-func histogramCount(t *testing.T, name, label, value string) (uint64, bool) {
+// label key has value, and whether there is such a series.
+func histogramCount(t *testing.T, name, key, value string) (uint64, bool) {
 	t.Helper()
-	mfs, err := crmetrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetHistogram().GetSampleCount(), true
-				}
-			}
-		}
-	}
-	return 0, false
+	m := series(t, name, key, value)
+	return m.GetHistogram().GetSampleCount(), m != nil
 }
 
 // TestReachMetricsFollowTheCluster: mccr_cluster_reachable and
