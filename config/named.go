@@ -45,6 +45,13 @@ type NamedConfig struct {
 	// restarting the member. Treat the map as read-only once published.
 	Properties map[string]string
 
+	// Scope is the part of the cluster the member watches: all of it
+	// unless the source says otherwise (Argo CD's "namespaces" and
+	// "clusterResources", for one). A member's caches are built for one
+	// scope, so it counts in Fingerprint and in ReachFingerprint: a change
+	// restarts the member.
+	Scope Scope
+
 	// refs are the files the kubeconfig named as certificate, key or token
 	// (absolute, as written), whether or not Config still names them: a
 	// directory's loader tells data files from broken kubeconfigs by them.
@@ -131,9 +138,10 @@ func (c *NamedConfig) Fingerprint() string {
 }
 
 // ReachFingerprint returns a digest of what decides how the cluster is
-// reached: name, endpoint, credentials, TLS settings, proxy URL, rate
-// limits. Two NamedConfigs with the same ReachFingerprint reach the same
-// cluster the same way, whatever their Properties.
+// reached and what of it is watched: name, endpoint, credentials, TLS
+// settings, proxy URL, rate limits, Scope. Two NamedConfigs with the same
+// ReachFingerprint reach the same cluster the same way, whatever their
+// Properties.
 //
 // Func-valued fields (Dial, WrapTransport, Proxy, …) cannot be compared; only
 // whether they are set counts. The digest is one-way: it does not reveal the
@@ -147,6 +155,10 @@ func (c *NamedConfig) fingerprint(properties bool) string {
 	writeJSON(h, c.Name)
 	if c.Config != nil {
 		writeJSON(h, fingerprintFields(c.Config))
+	}
+	// The whole cluster adds nothing: digests stay what they were.
+	if scope := c.Scope.fingerprint(); scope != nil {
+		writeJSON(h, scope)
 	}
 	// Without Properties the digest is what it was before they existed.
 	if properties && len(c.Properties) > 0 {
