@@ -49,8 +49,12 @@ const ClusterAPIClusterNameLabel = "cluster.x-k8s.io/cluster-name"
 // cluster of the fleet, reached with the kubeconfig Cluster API writes for
 // it: the "value" key of the Secret <cluster>-kubeconfig in the Cluster's
 // namespace. The cluster is named "<namespace>/<name>" (see
-// ClusterAPIOptions.Name), and its config's Source.Object is
-// "Cluster <namespace>/<name>".
+// ClusterAPIOptions.Name), its config's Source.Object is
+// "Cluster <namespace>/<name>", and its Properties are the Cluster's labels,
+// each as LabelPropertyPrefix+key ("label:topology.kubernetes.io/region"):
+// a label's value longer than 4 KiB or not UTF-8 is left out, and so is
+// every label past the first 128 in key order. A change of labels alone is
+// an Updated event the Server applies without restarting the member.
 //
 // Versions: the watcher reads v1beta2 Clusters (Cluster API v1.11 and
 // later) and, from management clusters that serve only that, v1beta1. It
@@ -101,8 +105,10 @@ const ClusterAPIClusterNameLabel = "cluster.x-k8s.io/cluster-name"
 //
 // When the host does not serve the Cluster CRD, NewClusterAPIWatcher still
 // returns at once; the watcher reports ErrClusterAPINotInstalled on Errors
-// and tries again with a backoff (1s doubling to 30s) until the CRD is
-// installed, then publishes the clusters. Other failures of the host's
+// (again at most once a minute) and tries again every few seconds (2s at
+// most apart, one discovery request each) until the CRD is installed, then
+// publishes the clusters, within seconds of the install; no right on
+// CustomResourceDefinitions is needed. Other failures of the host's
 // watches are reported too, the same message at most once a minute, while
 // the cache keeps retrying.
 //
@@ -241,6 +247,6 @@ func (w *ClusterAPIWatcher) claim(u *unstructured.Unstructured) *claim {
 	if err != nil {
 		return fail(err)
 	}
-	c.cfg = &config.NamedConfig{Name: c.name, Config: cfg, Source: config.Source{Object: "Cluster " + c.ref}}
+	c.cfg = &config.NamedConfig{Name: c.name, Config: cfg, Source: config.Source{Object: "Cluster " + c.ref}, Properties: labelProperties(u.GetLabels())}
 	return c
 }

@@ -141,8 +141,8 @@ func conditionTrue(conds []clusterAPICondition, typ string) bool {
 func ptrTrue(b *bool) bool { return b != nil && *b }
 
 // clusterAPITransform trims objects before they enter the cache. Clusters
-// keep their metadata (without managed fields, annotations and labels) and
-// the status fields the watcher reads, conditions reduced to type and
+// keep their metadata (without managed fields and annotations; labels stay,
+// they are the cluster's Properties) and the status fields the watcher reads, conditions reduced to type and
 // status: a Cluster's spec (a topology with its variables, say) can be
 // large. Secrets keep only the kubeconfig of kubeconfig Secrets: the other
 // Secrets with Cluster API's label hold the cluster's CA and service
@@ -160,7 +160,6 @@ func clusterAPITransform(obj any) (any, error) {
 			o.Data = map[string][]byte{clusterAPIKubeconfigKey: value}
 		}
 	case *unstructured.Unstructured:
-		o.SetLabels(nil)
 		trimClusterAPIStatus(o.Object)
 	}
 	return obj, nil

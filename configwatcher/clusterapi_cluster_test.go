@@ -69,7 +69,8 @@ func TestClusterAPIReady(t *testing.T) {
 }
 
 // The transform keeps what is read, and nothing else: no spec, no
-// condition messages, no key of a Secret but a kubeconfig's "value".
+// condition messages, no annotations, no key of a Secret but a
+// kubeconfig's "value".
 func TestClusterAPITransform(t *testing.T) {
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
@@ -98,7 +99,8 @@ func TestClusterAPITransform(t *testing.T) {
 	if got := u.Object["status"]; !reflect.DeepEqual(got, want) {
 		t.Errorf("status = %v, want %v", got, want)
 	}
-	if u.GetAnnotations() != nil || u.GetLabels() != nil || u.GetResourceVersion() != "7" || u.GetUID() != "u1" {
+	// Labels stay: they are the cluster's Properties.
+	if u.GetAnnotations() != nil || u.GetLabels()["a"] != "b" || u.GetResourceVersion() != "7" || u.GetUID() != "u1" {
 		t.Errorf("metadata = %v", u.Object["metadata"])
 	}
 

@@ -2,6 +2,7 @@ package configwatcher_test
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -165,11 +166,20 @@ func (e *clusterAPIEnv) testJoinRotateDelete(t *testing.T) {
 	e.reachesMember(t, ev.Config, e.token)
 	r.quiet(kfQuiet)
 
-	// Changes that leave the config as it was are no event.
+	// A label of the Cluster is a property: Updated, reached as before.
 	cl.SetLabels(map[string]string{"touched": "yes"})
 	if err := e.hostClient.Update(t.Context(), cl); err != nil {
 		t.Fatal(err)
 	}
+	before := ev.Config
+	ev = r.event(configwatcher.Updated, ns+"/wl")
+	if want := map[string]string{configwatcher.LabelPropertyPrefix + "touched": "yes"}; !maps.Equal(ev.Config.Properties, want) ||
+		ev.Config.ReachFingerprint() != before.ReachFingerprint() {
+		t.Errorf("a label change: Properties %v (want %v), reach changed %v", ev.Config.Properties, want, ev.Config.ReachFingerprint() != before.ReachFingerprint())
+	}
+	r.quiet(kfQuiet)
+
+	// Changes that leave the config as it was are no event.
 	e.update(t, s, func(s *corev1.Secret) { s.Annotations = map[string]string{"touched": "yes"} })
 	r.quiet(kfQuiet)
 

@@ -3,14 +3,17 @@ package configwatcher
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
 
+	"github.com/mccr-dev/mccr/apis/clusterinventory"
 	"github.com/mccr-dev/mccr/internal/fuzzcheck"
 )
 
@@ -41,10 +44,18 @@ func fuzzProviders() []AccessProvider {
 // FuzzClusterProfile fuzzes a ClusterProfile's status (conditions,
 // properties, accessProviders and credentialProviders with their cluster:
 // server, certificate-authority-data, proxy-url, extensions) and name,
-// read by each naming function, published healthy or not. See fuzz_test.go
-// for what is checked; besides, a config always runs the provider's own
-// command and sends no credential but the plugin's.
+// read by each naming function, published healthy or not, as v1alpha1 or
+// (mode&16) v1alpha2. See fuzz_test.go for what is checked; besides, a
+// config always runs the provider's own command and sends no credential
+// but the plugin's.
 func FuzzClusterProfile(f *testing.F) {
+	// v1alpha2 as cluster managers write it: metav1.Conditions, Joined
+	// among them, a property with its lastObservedTime, the exec extension.
+	f.Add("member", []byte(`{"conditions":[{"type":"ControlPlaneHealthy","status":"True","reason":"Healthy","message":"ok","lastTransitionTime":"2026-01-01T00:00:00Z","observedGeneration":1},{"type":"Joined","status":"True","reason":"Joined","message":"","lastTransitionTime":"2026-01-01T00:00:00Z"}],"version":{"kubernetes":"v1.37.1"},"properties":[{"name":"clusterset.k8s.io/cluster-id","value":"c-1","lastObservedTime":"2026-01-01T00:00:00Z"}],"accessProviders":[{"name":"strict","cluster":{"server":"https://127.0.0.1:6443","extensions":[{"name":"client.authentication.k8s.io/exec","extension":{"clusterName":"member"}}]}}]}`), uint8(16))
+	// Joined False: the cluster left its inventory; not published.
+	f.Add("member", []byte(`{"conditions":[{"type":"ControlPlaneHealthy","status":"True"},{"type":"Joined","status":"False"}],"accessProviders":[{"name":"strict","cluster":{"server":"https://127.0.0.1:6443"}}]}`), uint8(16|8))
+	// A status property posing as a label's.
+	f.Add("member", []byte(`{"conditions":[{"type":"ControlPlaneHealthy","status":"True"}],"properties":[{"name":"label:x-k8s.io/cluster-manager","value":"forged"}],"accessProviders":[{"name":"strict","cluster":{"server":"https://127.0.0.1:6443"}}]}`), uint8(16))
 	f.Add("member", []byte(`{"conditions":[{"type":"ControlPlaneHealthy","status":"True"}],"accessProviders":[{"name":"strict","cluster":{"server":"https://127.0.0.1:6443"}}]}`), uint8(0))
 	f.Add("member", []byte(`{"properties":[{"name":"cluster.clusterset.k8s.io","value":"evil-\xff\xfe"}],"accessProviders":[{"name":"strict","cluster":{"server":"https://127.0.0.1:6443"}}]}`), uint8(6))
 	f.Add("member", []byte(`{"accessProviders":[{"name":"open","cluster":{"server":"https://admin:`+fuzzcheck.Password+`@h","extensions":[{"name":"`+ClusterProfileEnvExtension+`","extension":{"LD_PRELOAD":"`+fuzzcheck.EnvValue+`","OK":"`+fuzzcheck.Token+`"}},{"name":"`+ClusterProfileArgsExtension+`","extension":["--x","\u0000"]}]}}]}`), uint8(4))
@@ -53,7 +64,11 @@ func FuzzClusterProfile(f *testing.F) {
 		if json.Unmarshal(status, &st) != nil {
 			return // the host stores JSON
 		}
-		u := newClusterProfileObject()
+		version := clusterinventory.V1Alpha1
+		if mode&16 != 0 {
+			version = clusterinventory.V1Alpha2
+		}
+		u := newClusterProfileObject(version)
 		u.SetNamespace("fleet")
 		u.SetName(objectName(name, "member"))
 		u.Object["status"] = st
@@ -68,7 +83,7 @@ func FuzzClusterProfile(f *testing.F) {
 				PublishUnhealthy: mode&4 != 0,
 			},
 			claimed: newClaimsState(),
-			names:   map[string]string{},
+			names:   map[string]string{}, serving: map[string]string{}, members: map[string]string{},
 		}
 		w.opts.applyDefaults()
 		ref := u.GetNamespace() + "/" + u.GetName()
@@ -99,6 +114,88 @@ func FuzzClusterProfile(f *testing.F) {
 				t.Fatalf("%s: credentials or trust the profile chose", ref)
 			}
 		}
+		publishClaims(t, &w.hostCache, c)
+		published(t, w.pub, l, o)
+	})
+}
+
+// FuzzClusterProfileLabels fuzzes a v1alpha2 ClusterProfile's labels (as
+// a JSON object: keys and values of any bytes, the member ID among them)
+// over a status that makes it a cluster. Whatever the labels: nothing
+// panics; a published config's Properties hold each label under
+// LabelPropertyPrefix only if its value is UTF-8 and at most 4 KiB, at most
+// 128 of them, and no status property under that prefix; the cluster's
+// name is the member ID when there is one; the checks of fuzz_test.go hold.
+func FuzzClusterProfileLabels(f *testing.F) {
+	status := []byte(`{"conditions":[{"type":"ControlPlaneHealthy","status":"True"},{"type":"Joined","status":"True"}],"properties":[{"name":"label:team","value":"forged"},{"name":"region","value":"eu"}],"accessProviders":[{"name":"strict","cluster":{"server":"https://127.0.0.1:6443"}}]}`)
+	f.Add([]byte(`{"multicluster.x-k8s.io/inventory-member-id":"prod-1","x-k8s.io/cluster-manager":"ocm","team":"a"}`), status)
+	f.Add([]byte(`{"team":"evil\n\u202e\u0000","bad":"\udcff"}`), status)
+	f.Add([]byte(`{"big":"`+strings.Repeat("x", 4097)+`","fits":"`+strings.Repeat("y", 4096)+`"}`), status)
+	many := map[string]string{}
+	for i := range 200 {
+		many[fmt.Sprintf("k%03d", i)] = "v"
+	}
+	raw, err := json.Marshal(many)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(raw, status)
+	f.Add([]byte(`{"multicluster.x-k8s.io/inventory-member-id":"../../etc"}`), status)
+	f.Fuzz(func(t *testing.T, labels, status []byte) {
+		var lbls map[string]string
+		var st any
+		if json.Unmarshal(labels, &lbls) != nil || json.Unmarshal(status, &st) != nil {
+			return // the host stores JSON
+		}
+		u := newClusterProfileObject(clusterinventory.V1Alpha2)
+		u.SetNamespace("fleet")
+		u.SetName("member")
+		u.SetLabels(lbls)
+		u.Object["status"] = st
+		if _, err := clusterProfileTransform(u); err != nil {
+			t.Fatal(err)
+		}
+		w := &ClusterProfileWatcher{
+			hostCache: fuzzHost(nil),
+			opts:      ClusterProfileOptions{Providers: fuzzProviders()},
+			claimed:   newClaimsState(),
+			names:     map[string]string{}, serving: map[string]string{}, members: map[string]string{},
+		}
+		w.opts.applyDefaults()
+		c := w.claim(u, nil)
+		l := newLeakCheck("fleet/member")
+		l.profile(status)
+		for k, v := range lbls {
+			l.public = append(l.public, k, v)
+		}
+		if c == nil {
+			return
+		}
+		if id := lbls[clusterinventory.LabelInventoryMemberID]; id != "" && c.name != id {
+			t.Fatalf("member ID %q, cluster name %q", id, c.name)
+		}
+		if c.cfg != nil {
+			n := 0
+			for k, v := range c.cfg.Properties {
+				key, ok := strings.CutPrefix(k, LabelPropertyPrefix)
+				if !ok {
+					continue
+				}
+				n++
+				if lv, ok := lbls[key]; !ok || lv != v || !utf8.ValidString(v) || len(v) > 4096 {
+					t.Fatalf("property %q=%q: label %q (present %v)", k, v, lv, ok)
+				}
+			}
+			if n > 128 {
+				t.Fatalf("%d label properties", n)
+			}
+		}
+		o := objectClaim{
+			source: "ClusterProfile fleet/member", name: c.name, cfg: c.cfg, err: c.err,
+			sentinels: []error{ErrClusterProfileInvalid, ErrClusterProfileNoAccessProvider},
+			plugins:   true,
+		}
+		o.check(t, l)
 		publishClaims(t, &w.hostCache, c)
 		published(t, w.pub, l, o)
 	})

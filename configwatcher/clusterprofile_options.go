@@ -6,6 +6,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/mccr-dev/mccr/apis/clusterinventory"
 )
 
 // Well-known ClusterProfile properties (KEP-2149's ClusterProperty names),
@@ -17,11 +19,25 @@ const (
 	ClusterSetProperty = "clusterset.k8s.io"
 )
 
+// ClusterProfileProperty is set by the watcher, not by a profile: the
+// namespace/name of the ClusterProfile serving the member, which changes
+// when another profile of the same member takes over (see
+// ClusterProfileWatcher).
+const ClusterProfileProperty = "mccr.dev/clusterprofile"
+
 // ClusterProfileIdentity is what a ClusterProfileNameFunc names a cluster
-// after: the profile's namespace, name and labels, and its properties.
+// after: the profile's namespace, name and labels, its member ID, and its
+// properties.
 type ClusterProfileIdentity struct {
 	Namespace, Name string
 	Labels          map[string]string
+	// MemberID is the profile's inventory member ID (the value of its
+	// label multicluster.x-k8s.io/inventory-member-id), "" without one.
+	// Profiles with the same MemberID stand for one cluster: the watcher
+	// makes them one member of the fleet (see ClusterProfileWatcher), so a
+	// naming function should give them one name, as those of this package
+	// do by naming such a member after its MemberID.
+	MemberID string
 	// Properties are the profile's status.properties, by name.
 	Properties map[string]string
 }
@@ -30,16 +46,27 @@ type ClusterProfileIdentity struct {
 // empty name leaves the profile out of the fleet.
 type ClusterProfileNameFunc func(ClusterProfileIdentity) string
 
-// DefaultClusterProfileName names a cluster "<namespace>/<name>" after
-// its profile: unique on the host whatever the namespaces watched, and
-// what the Cluster API watcher does. The default.
+// DefaultClusterProfileName names a cluster after its profile's member ID
+// when it has one, the name every profile of that member shares (a label
+// value, which holds no '/'), and else "<namespace>/<name>": unique on the
+// host whatever the namespaces watched, and what the Cluster API watcher
+// does. The default.
 func DefaultClusterProfileName(p ClusterProfileIdentity) string {
+	if p.MemberID != "" {
+		return p.MemberID
+	}
 	return p.Namespace + "/" + p.Name
 }
 
-// ClusterProfileObjectName names a cluster after its profile's name alone, for a
-// fleet whose profiles all live in one namespace (a ClusterSet's).
-func ClusterProfileObjectName(p ClusterProfileIdentity) string { return p.Name }
+// ClusterProfileObjectName names a cluster after its profile's member ID
+// when it has one, and else after the profile's name alone, for a fleet
+// whose profiles all live in one namespace (a ClusterSet's).
+func ClusterProfileObjectName(p ClusterProfileIdentity) string {
+	if p.MemberID != "" {
+		return p.MemberID
+	}
+	return p.Name
+}
 
 // ClusterProfileClusterID names a cluster by its ClusterIDProperty, the ID
 // that KEP-2149 makes unique within a ClusterSet; a profile without it is
@@ -80,8 +107,18 @@ type ClusterProfileOptions struct {
 	// PublishUnhealthy publishes every profile with a usable access
 	// provider, whether or not its ControlPlaneHealthy condition is True.
 	// Off by default: a cluster joins once its cluster manager reports it
-	// healthy.
+	// healthy. A profile whose Joined condition is False stays out either
+	// way.
 	PublishUnhealthy bool
+
+	// Version is the ClusterProfile version read: "v1alpha2" or
+	// "v1alpha1". By default the watcher reads the newest the host
+	// serves, v1alpha2 where served. An API server serving both leaves
+	// v1alpha1's deprecated status.credentialProviders out of what it
+	// serves as v1alpha2, so an inventory whose cluster managers still
+	// write only that field is read as "v1alpha1". A host that does not
+	// serve the version is reported as ErrClusterProfileNotInstalled.
+	Version string
 
 	// Logger receives the watcher's errors and, at V(1), every event.
 	// Defaults to a logger that discards. Set it with WithLogger.
@@ -139,6 +176,11 @@ func PublishUnhealthy() ClusterProfileOption {
 	return clusterProfileOptionFunc(func(o *ClusterProfileOptions) { o.PublishUnhealthy = true })
 }
 
+// WithClusterProfileVersion sets ClusterProfileOptions.Version.
+func WithClusterProfileVersion(version string) ClusterProfileOption {
+	return clusterProfileOptionFunc(func(o *ClusterProfileOptions) { o.Version = version })
+}
+
 func (o *ClusterProfileOptions) applyDefaults() {
 	if o.Name == nil {
 		o.Name = DefaultClusterProfileName
@@ -171,6 +213,9 @@ func newClusterProfileOptions(opts []ClusterProfileOption) (ClusterProfileOption
 	}
 	if slices.Contains(o.Namespaces, "") {
 		return o, fmt.Errorf("configwatcher: NewClusterProfileWatcher: an empty namespace among %q", o.Namespaces)
+	}
+	if o.Version != "" && !slices.Contains(clusterinventory.Versions, o.Version) {
+		return o, fmt.Errorf("configwatcher: NewClusterProfileWatcher: version %q is none of %q", o.Version, clusterinventory.Versions)
 	}
 	o.applyDefaults()
 	return o, nil

@@ -8,23 +8,32 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 
+	"github.com/mccr-dev/mccr/apis/clusterinventory"
 	"github.com/mccr-dev/mccr/config"
 )
 
 // ClusterProfileHealthyCondition is the condition of a ClusterProfile that
 // its cluster manager sets True while the cluster's control plane is
 // healthy.
-const ClusterProfileHealthyCondition = "ControlPlaneHealthy"
+const ClusterProfileHealthyCondition = clusterinventory.ConditionControlPlaneHealthy
+
+// ClusterProfileJoinedCondition is the condition of a ClusterProfile that
+// its cluster manager sets False once the cluster has left its inventory,
+// or is leaving it (KEP-4322's Joined: the cluster is under management).
+const ClusterProfileJoinedCondition = clusterinventory.ConditionJoined
 
 // clusterProfile is the part of a ClusterProfile the watcher reads.
 type clusterProfile struct {
 	ref    string // namespace/name
 	ident  ClusterProfileIdentity
 	status clusterProfileStatus
+	// created is the profile's creationTimestamp.
+	created time.Time
 }
 
 // clusterProfileStatus is a ClusterProfile's status, as far as read.
@@ -73,7 +82,9 @@ func readClusterProfile(u *unstructured.Unstructured) (*clusterProfile, error) {
 			Namespace: u.GetNamespace(),
 			Name:      u.GetName(),
 			Labels:    u.GetLabels(),
+			MemberID:  u.GetLabels()[clusterinventory.LabelInventoryMemberID],
 		},
+		created: u.GetCreationTimestamp().Time,
 	}
 	if status, ok := u.Object["status"]; ok {
 		raw, err := json.Marshal(status)
@@ -94,14 +105,65 @@ func readClusterProfile(u *unstructured.Unstructured) (*clusterProfile, error) {
 	return cp, nil
 }
 
-// healthy tells whether the profile's ControlPlaneHealthy condition is True.
-func (cp *clusterProfile) healthy() bool {
+// condition is the status of the profile's condition typ ("True", "False",
+// "Unknown"), "" if the profile has none.
+func (cp *clusterProfile) condition(typ string) string {
 	for _, c := range cp.status.Conditions {
-		if c.Type == ClusterProfileHealthyCondition {
-			return c.Status == "True"
+		if c.Type == typ {
+			return c.Status
 		}
 	}
-	return false
+	return ""
+}
+
+// healthy tells whether the profile's ControlPlaneHealthy condition is True.
+func (cp *clusterProfile) healthy() bool {
+	return cp.condition(ClusterProfileHealthyCondition) == "True"
+}
+
+// left tells whether the profile's Joined condition is False: its cluster
+// manager says the cluster is no longer, or soon no longer, under its
+// management. A profile without the condition (its manager predates it) or
+// with Unknown has not left.
+func (cp *clusterProfile) left() bool {
+	return cp.condition(ClusterProfileJoinedCondition) == "False"
+}
+
+// joined tells whether the profile's Joined condition is True.
+func (cp *clusterProfile) joined() bool {
+	return cp.condition(ClusterProfileJoinedCondition) == "True"
+}
+
+// member is the key of the inventory member the profile stands for: its
+// member ID (LabelInventoryMemberID) when it has one, so that profiles of
+// one cluster from several cluster managers are one member, and else the
+// profile itself. The two forms never collide: a label value holds no
+// ':' and a namespace/name no ':' either.
+func (cp *clusterProfile) member() string {
+	if cp.ident.MemberID != "" {
+		return "member-id:" + cp.ident.MemberID
+	}
+	return cp.ref
+}
+
+// properties is what the profile says about its cluster beyond how to
+// reach it: its labels under LabelPropertyPrefix (bounded as
+// labelProperties bounds them), and its status.properties; and
+// ClusterProfileProperty, its own name. A property whose name starts with
+// LabelPropertyPrefix is a label's; a status property of such a name is
+// left out.
+func (cp *clusterProfile) properties() map[string]string {
+	var status map[string]string
+	for name, value := range cp.ident.Properties {
+		if strings.HasPrefix(name, LabelPropertyPrefix) {
+			continue
+		}
+		if status == nil {
+			status = make(map[string]string, len(cp.ident.Properties))
+		}
+		status[name] = value
+	}
+	return mergeProperties(status, labelProperties(cp.ident.Labels), map[string]string{ClusterProfileProperty: cp.ref})
 }
 
 // offersAccess tells whether the profile lists any access provider: until

@@ -239,6 +239,23 @@ func (e *clusterProfileEnv) testTokenRefreshThroughServer(t *testing.T) {
 		t.Fatalf("after the rotation: phase %s, restarts %d (was %d), failures %d (was %d), same Manager %v",
 			st.Phase, st.Restarts, st0.Restarts, st.Failures, st0.Failures, mgr == mgr0)
 	}
+
+	// A label of the profile reaches reconcilers as a property, without a
+	// restart.
+	u.SetLabels(map[string]string{"tier": "gold"})
+	if err := e.hostClient.Update(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	labelled := time.Now()
+	test.Eventually(t, kfPatience, "the label as a property", func() bool {
+		p, err := srv.ClusterProperties(known.WithCluster(ctx, name))
+		return err == nil && p[configwatcher.LabelPropertyPrefix+"tier"] == "gold"
+	})
+	t.Logf("figure: ClusterProfile label set → property seen by srv.ClusterProperties: %s", time.Since(labelled).Round(time.Millisecond))
+	st, mgr = member()
+	if st.Phase != mccrserver.PhaseReady || st.Restarts != st0.Restarts || mgr != mgr0 {
+		t.Fatalf("after a label change: phase %s, restarts %d (was %d), same Manager %v", st.Phase, st.Restarts, st0.Restarts, mgr == mgr0)
+	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if len(rec.errs) > 0 {

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/mccr-dev/mccr/apis/clusterinventory"
 	clusterinventorycrd "github.com/mccr-dev/mccr/apis/clusterinventory/crd"
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/configwatcher"
@@ -56,7 +57,8 @@ type clusterProfileEnv struct {
 
 // TestClusterProfileWatcher runs every test of the ClusterProfileWatcher
 // under one fleet: two API servers, started once. Only the host serves
-// ClusterProfiles until CRDMissing installs the CRD into the member.
+// ClusterProfiles (the upstream CRD, v1alpha1 and v1alpha2) until
+// CRDLateAndUpgraded installs the CRD into the member.
 func TestClusterProfileWatcher(t *testing.T) {
 	// Registered first, so it runs last: after the fleet has stopped.
 	t.Cleanup(func() { goleak.VerifyNone(t) })
@@ -81,7 +83,10 @@ func TestClusterProfileWatcher(t *testing.T) {
 	t.Run("NamespacesAndSelector", e.testNamespacesAndSelector)
 	t.Run("ProfileSourcedEnv", e.testProfileSourced)
 	t.Run("ProvidersFile", e.testProvidersFile)
-	t.Run("CRDMissing", e.testCRDMissing)
+	t.Run("Members", e.testMembers)
+	t.Run("Joined", e.testJoined)
+	t.Run("Versions", e.testVersions)
+	t.Run("CRDLateAndUpgraded", e.testCRDLateAndUpgraded)
 	t.Run("TokenRefreshThroughServer", e.testTokenRefreshThroughServer)
 }
 
@@ -342,9 +347,10 @@ func (e *clusterProfileEnv) reaches(t *testing.T, nc *config.NamedConfig, cluste
 }
 
 // testJoinChangeDelete: not healthy → nothing; healthy → Added, reaching
-// the member through the plugin; a change of nothing, of properties, of
-// the endpoint, of the provider (also through the deprecated field) →
-// Updated each; unhealthy again → kept; deleted → Deleted.
+// the member through the plugin; a change of nothing → nothing; of a
+// label, of properties, of the endpoint, of the provider → Updated each;
+// unhealthy again → kept; deleted → Deleted. (Versions covers the
+// deprecated status.credentialProviders.)
 func (e *clusterProfileEnv) testJoinChangeDelete(t *testing.T) {
 	ns := e.namespace(t, e.hostClient)
 	name := ns + "/m1"
@@ -361,26 +367,37 @@ func (e *clusterProfileEnv) testJoinChangeDelete(t *testing.T) {
 	if got, want := ev.Config.Source.Object, "ClusterProfile "+ns+"/m1"; got != want {
 		t.Errorf("Source.Object = %q, want %q", got, want)
 	}
-	if !maps.Equal(ev.Config.Properties, props) {
-		t.Errorf("Properties = %v, want %v", ev.Config.Properties, props)
+	want := maps.Clone(props)
+	want[configwatcher.ClusterProfileProperty] = ns + "/m1"
+	if !maps.Equal(ev.Config.Properties, want) {
+		t.Errorf("Properties = %v, want %v", ev.Config.Properties, want)
 	}
 	e.reaches(t, ev.Config, "m1", cpTokenFile)
 	first := ev.Config
 	r.quiet(kfQuiet)
 
-	// A condition rewritten with the same status, a label: no change.
+	// A condition rewritten with the same status: no change.
 	setProfileStatus(t, e.hostClient, u, func(s map[string]any) { s["conditions"] = cpConditions("True") })
+	r.quiet(kfQuiet)
+
+	// A label: its property changes, and nothing else.
 	u.SetLabels(map[string]string{"touched": "yes"})
 	if err := e.hostClient.Update(t.Context(), u); err != nil {
 		t.Fatal(err)
 	}
+	ev = r.event(configwatcher.Updated, name)
+	want[configwatcher.LabelPropertyPrefix+"touched"] = "yes"
+	if !maps.Equal(ev.Config.Properties, want) || ev.Config.ReachFingerprint() != first.ReachFingerprint() {
+		t.Errorf("a label change: Properties %v (want %v), reach changed %v", ev.Config.Properties, want, ev.Config.ReachFingerprint() != first.ReachFingerprint())
+	}
 	r.quiet(kfQuiet)
 
 	props[configwatcher.ClusterSetProperty] = "set-b"
+	want[configwatcher.ClusterSetProperty] = "set-b"
 	setProfileStatus(t, e.hostClient, u, func(s map[string]any) { s["properties"] = cpProperties(props) })
 	ev = r.event(configwatcher.Updated, name)
-	if !maps.Equal(ev.Config.Properties, props) || ev.Config.ReachFingerprint() != first.ReachFingerprint() {
-		t.Errorf("a properties change: Properties %v (want %v), reach changed %v", ev.Config.Properties, props, ev.Config.ReachFingerprint() != first.ReachFingerprint())
+	if !maps.Equal(ev.Config.Properties, want) || ev.Config.ReachFingerprint() != first.ReachFingerprint() {
+		t.Errorf("a properties change: Properties %v (want %v), reach changed %v", ev.Config.Properties, want, ev.Config.ReachFingerprint() != first.ReachFingerprint())
 	}
 	r.quiet(kfQuiet)
 
@@ -411,13 +428,6 @@ func (e *clusterProfileEnv) testJoinChangeDelete(t *testing.T) {
 	e.reaches(t, ev.Config, "m1", cpTokenFile)
 	r.quiet(kfQuiet)
 
-	// The deprecated field alone still works; the same config is no event.
-	setProfileStatus(t, e.hostClient, u, func(s map[string]any) {
-		s["credentialProviders"] = s["accessProviders"]
-		delete(s, "accessProviders")
-	})
-	r.quiet(kfQuiet)
-
 	// Unhealthy: the cluster stays.
 	setProfileStatus(t, e.hostClient, u, func(s map[string]any) { s["conditions"] = cpConditions("False") })
 	r.settled()
@@ -437,11 +447,18 @@ func (e *clusterProfileEnv) noCertificate(t *testing.T, err error) {
 
 // testBadInput: each bad profile is an error naming it; a published
 // cluster whose profile breaks keeps its last good config; the rest of the
-// fleet sees no event.
+// fleet sees no event. In both versions: read as v1alpha2, a field only
+// v1alpha1 has (certificate-authority, a file) never reaches the watcher.
 func (e *clusterProfileEnv) testBadInput(t *testing.T) {
+	for _, version := range clusterinventory.Versions {
+		t.Run(version, func(t *testing.T) { e.testBadInputIn(t, version) })
+	}
+}
+
+func (e *clusterProfileEnv) testBadInputIn(t *testing.T, version string) {
 	ns := e.namespace(t, e.hostClient)
 	ref := func(name string) string { return "ClusterProfile " + ns + "/" + name }
-	r := e.watch(t, e.host.Config, configwatcher.WithClusterProfileNamespaces(ns))
+	r := e.watch(t, e.host.Config, configwatcher.WithClusterProfileNamespaces(ns), configwatcher.WithClusterProfileVersion(version))
 
 	// Broken but not healthy: waiting, not an error.
 	createClusterProfile(t, e.hostClient, ns, "waiting", nil, cpStatus("Unknown", nil, e.access("nobody-knows", "w", nil)))
@@ -457,13 +474,17 @@ func (e *clusterProfileEnv) testBadInput(t *testing.T) {
 		says   string
 	}{
 		{"unknown", e.access("nobody-knows", "u", nil), configwatcher.ErrClusterProfileNoAccessProvider, `"nobody-knows"`},
-		{"no-server", e.access(cpTokenFile, "x", map[string]any{"server": nil}), configwatcher.ErrClusterProfileInvalid, "no server"},
+		// (v1alpha1's schema requires a server, and lets an empty one by.)
+		{"no-server", e.access(cpTokenFile, "x", map[string]any{"server": ""}), configwatcher.ErrClusterProfileInvalid, "no server"},
 		{"bad-url", e.access(cpTokenFile, "x", map[string]any{"server": "ftp://user:hunter2@example.com"}), configwatcher.ErrClusterProfileInvalid, "not an http(s) URL"},
 		{"bad-ca", e.access(cpTokenFile, "x", map[string]any{"certificate-authority-data": badCA}), configwatcher.ErrClusterProfileInvalid, "no PEM certificate"},
 		{"ca-file", e.access(cpTokenFile, "x", map[string]any{"certificate-authority": "/etc/ssl/certs/ca-certificates.crt"}), configwatcher.ErrClusterProfileInvalid, "names a file"},
 		{"insecure", e.access(cpTokenFile, "x", map[string]any{"insecure-skip-tls-verify": true}), configwatcher.ErrClusterProfileInvalid, "insecure-skip-tls-verify"},
 		{"bad-proxy", e.access(cpTokenFile, "x", map[string]any{"proxy-url": "no-scheme"}), configwatcher.ErrClusterProfileInvalid, "proxy-url"},
 	} {
+		if c.name == "ca-file" && version != clusterinventory.V1Alpha1 {
+			continue
+		}
 		createClusterProfile(t, e.hostClient, ns, c.name, nil, cpStatus("True", nil, c.access))
 		err := r.errFound(c.target, ref(c.name), c.says)
 		e.noCertificate(t, err)
@@ -659,24 +680,4 @@ func mustAccessProviders(t *testing.T, content string) []configwatcher.AccessPro
 		t.Fatal(err)
 	}
 	return ps
-}
-
-// testCRDMissing: the member, which serves no ClusterProfiles, stands in
-// for the host. The watcher starts anyway, reports
-// ErrClusterProfileNotInstalled, and publishes the clusters once the CRD
-// is installed.
-func (e *clusterProfileEnv) testCRDMissing(t *testing.T) {
-	memberClient, err := client.New(e.member.Config, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := e.namespace(t, memberClient)
-	r := e.watch(t, e.member.Config, configwatcher.WithClusterProfileNamespaces(ns))
-	r.err(configwatcher.ErrClusterProfileNotInstalled, e.member.Config.Host, "clusterprofiles.multicluster.x-k8s.io")
-
-	installClusterProfileCRD(t, e.member.Config)
-	createClusterProfile(t, memberClient, ns, "self", nil, cpStatus("True", nil, e.access(cpTokenFile, "self", nil)))
-	e.writeToken(t, "self", e.token, 0)
-	ev := r.event(configwatcher.Added, ns+"/self")
-	e.reaches(t, ev.Config, "self", cpTokenFile)
 }

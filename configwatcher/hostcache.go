@@ -30,8 +30,17 @@ import (
 const (
 	// hostRetryFirst and hostRetryLimit bound the backoff between attempts
 	// to start watching a kind on the host (while its CRD is missing, say).
-	hostRetryFirst = time.Second
-	hostRetryLimit = 30 * time.Second
+	// The limit is low so that a CRD installed after the watcher started
+	// (an operator deployed before the inventory, Cluster API or KubeFed
+	// it reads) is served within seconds: hostRetryLimit, plus the time the
+	// host takes to serve it, plus a list. Each attempt while the kind is
+	// missing costs one discovery request (the API groups, and with
+	// aggregated discovery their resources); the alternative, a watch on
+	// CustomResourceDefinitions, would be quicker but needs list and watch
+	// on them cluster-wide, which an operator is seldom granted, and so a
+	// polling fallback all the same.
+	hostRetryFirst = 500 * time.Millisecond
+	hostRetryLimit = 2 * time.Second
 
 	// hostErrorInterval is how often the same error from the host cluster
 	// (a watch that keeps failing) is reported again while it lasts.
@@ -366,10 +375,15 @@ func (h *hostCache) startWatching() bool {
 		if h.ctx.Err() != nil {
 			return false
 		}
-		if h.spec.noMatch != nil && meta.IsNoMatchError(err) {
+		if h.spec.noMatch != nil && meta.IsNoMatchError(err) && !errors.Is(err, h.spec.noMatch) {
 			err = fmt.Errorf("%w (%w)", h.spec.noMatch, err)
 		}
-		h.pub.report(fmt.Errorf("%w; retrying in %s", h.spec.describe(objs[0].kind, err), delay))
+		// Attempts come every few seconds: the same failure is reported
+		// again at most once per hostErrorInterval.
+		err = h.spec.describe(objs[0].kind, err)
+		if h.hostErrs.fresh(err.Error(), time.Now()) {
+			h.pub.report(fmt.Errorf("%w; retrying every %s", err, hostRetryLimit))
+		}
 		select {
 		case <-h.ctx.Done():
 			return false

@@ -85,8 +85,10 @@ var (
 //     Deleted event and no error.
 //   - When the host does not serve the KubeFedCluster CRD, NewKubeFedWatcher
 //     still returns at once; the watcher reports ErrKubeFedNotInstalled on
-//     Errors and tries again with a backoff (1s doubling to 30s) until the
-//     CRD is installed, then publishes the clusters as Added. Other failures
+//     Errors (again at most once a minute) and tries again every few
+//     seconds (2s at most apart, one discovery request each) until the CRD
+//     is installed, then publishes the clusters as Added, within seconds of
+//     the install; no right on CustomResourceDefinitions is needed. Other failures
 //     of the host's watches (lost connection, missing permissions) are
 //     reported too, the same message at most once a minute, while the cache
 //     keeps retrying.

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
@@ -59,15 +58,6 @@ const (
 	// "managed-by" marker, the two Argo CD itself leaves out of a cluster's
 	// annotations.
 	ArgoCDAnnotationPropertyPrefix = "annotation:"
-)
-
-// Bounds on the labels and annotations offered as Properties: a Secret's
-// annotations may hold up to 256 KiB, and Properties are copied into every
-// Status. A longer value, or one that is not UTF-8, is left out; past
-// argoCDMaxMetaProperties entries (in key order), the rest are too.
-const (
-	argoCDMaxPropertyValue  = 4096
-	argoCDMaxMetaProperties = 128
 )
 
 // argoCDManagedByAnnotation marks the Secrets Argo CD wrote itself.
@@ -131,24 +121,11 @@ func argoCDProperties(s *corev1.Secret) map[string]string {
 			meta[ArgoCDAnnotationPropertyPrefix+k] = v
 		}
 	}
-	keys := make([]string, 0, len(meta))
-	for k, v := range meta {
-		if propertyValueOK(v) {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	for _, k := range keys[:min(len(keys), argoCDMaxMetaProperties)] {
-		p[k] = meta[k]
-	}
+	addMetaProperties(p, meta) // bounded as in properties.go
 	if len(p) == 0 {
 		return nil
 	}
 	return p
-}
-
-func propertyValueOK(v string) bool {
-	return len(v) <= argoCDMaxPropertyValue && utf8.ValidString(v)
 }
 
 // argoCDInClusterConfig is how Argo CD reaches the cluster it runs in: with
