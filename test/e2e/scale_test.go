@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
@@ -38,8 +39,9 @@ import (
 
 // A scale run registers a fleet of clusters with an engine (an mccr Server,
 // or a plain controller-runtime Manager per cluster) whose one controller
-// Gets every ConfigMap of a namespace, and measures what each cluster
-// costs, in a process of its own (scalechild_test.go). Clusters are names
+// Gets every ConfigMap of a namespace (and, with more kinds, watches the
+// objects those ConfigMaps own: kinds_test.go), and measures what each
+// cluster costs, in a process of its own (scalechild_test.go). Clusters are names
 // over the package's three member API servers: each behind an endpoint of
 // its own (test.NewEndpoints), as N real clusters are, or, for comparison
 // with earlier figures, straight on the API servers (members of one API
@@ -115,7 +117,17 @@ func (t *tally) completed() int {
 	return t.complete
 }
 
-// engine runs the clusters of a scale run.
+// controllerWork is what an engine's controller does, the same in both engines:
+// For ConfigMaps (with forOpts), Owning kinds-1 more kinds
+// (kindsController), Reconcile reading through cl, the engine's client of
+// the request's cluster.
+type controllerWork struct {
+	kinds     int
+	reconcile func(ctx context.Context, cl client.Client, cluster string, req ctrl.Request) (ctrl.Result, error)
+	forOpts   []builder.ForOption
+}
+
+// engine runs the clusters of a run.
 type engine interface {
 	// register brings one more cluster in; its controller starts on its
 	// own.
@@ -143,7 +155,7 @@ type mccrEngine struct {
 	stopFunc func() error
 }
 
-func startMCCR(tb testing.TB, host *rest.Config, ns string, t *tally) *mccrEngine {
+func startMCCR(tb testing.TB, host *rest.Config, ns string, w controllerWork) *mccrEngine {
 	tb.Helper()
 	srv, err := server.NewServer(host, ctrl.Options{
 		Logger:                 logr.Discard(),
@@ -156,11 +168,10 @@ func startMCCR(tb testing.TB, host *rest.Config, ns string, t *tally) *mccrEngin
 	}
 	cl := srv.GetClient()
 	srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
-		return ctrl.NewControllerManagedBy(mgr).Named("scale").For(&corev1.ConfigMap{}).
-			Complete(reconcile.Func(func(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-				name, _ := known.ClusterFrom(ctx)
-				return t.get(ctx, cl, name, req)
-			}))
+		return kindsController(mgr, w.kinds, reconcile.Func(func(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+			name, _ := known.ClusterFrom(ctx)
+			return w.reconcile(ctx, cl, name, req)
+		}), w.forOpts...)
 	})
 	return &mccrEngine{srv: srv, stopFunc: test.Run(tb, srv)}
 }
@@ -184,7 +195,7 @@ func (e *mccrEngine) stop() error { return e.stopFunc() }
 // metrics, probes and leader election off, each with the controller.
 type plainEngine struct {
 	ns  string
-	t   *tally
+	w   controllerWork
 	ctx context.Context
 	end context.CancelFunc
 	wg  sync.WaitGroup
@@ -193,9 +204,9 @@ type plainEngine struct {
 	errs []error
 }
 
-func startPlain(ns string, t *tally) *plainEngine {
+func startPlain(ns string, w controllerWork) *plainEngine {
 	ctx, end := context.WithCancel(context.Background())
-	return &plainEngine{ns: ns, t: t, ctx: ctx, end: end}
+	return &plainEngine{ns: ns, w: w, ctx: ctx, end: end}
 }
 
 func (e *plainEngine) register(nc *config.NamedConfig) error {
@@ -211,10 +222,9 @@ func (e *plainEngine) register(nc *config.NamedConfig) error {
 		return err
 	}
 	cl, name := mgr.GetClient(), nc.Name
-	err = ctrl.NewControllerManagedBy(mgr).Named("scale").For(&corev1.ConfigMap{}).
-		Complete(reconcile.Func(func(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-			return e.t.get(ctx, cl, name, req)
-		}))
+	err = kindsController(mgr, e.w.kinds, reconcile.Func(func(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+		return e.w.reconcile(ctx, cl, name, req)
+	}), e.w.forOpts...)
 	if err != nil {
 		return err
 	}
@@ -249,6 +259,21 @@ func (e *plainEngine) stop() error {
 	}
 }
 
+// startEngine starts an engine by name (engineMCCR or enginePlain) with
+// the workload w, its cache on namespace ns; host is an mccr Server's host
+// cluster.
+func startEngine(tb testing.TB, name string, host *rest.Config, ns string, w controllerWork) engine {
+	tb.Helper()
+	switch name {
+	case engineMCCR:
+		return startMCCR(tb, host, ns, w)
+	case enginePlain:
+		return startPlain(ns, w)
+	}
+	tb.Fatalf("no engine %q", name)
+	return nil
+}
+
 // scale is one scale run.
 type scale struct {
 	Engine   string // engineMCCR or enginePlain
@@ -258,13 +283,25 @@ type scale struct {
 	// before has reconciled, with the whole fleet running.
 	More     int
 	Distinct bool // each cluster behind an endpoint of its own
+	// Kinds the controller watches: ConfigMaps, and Kinds-1 kinds they own
+	// (kinds_test.go). Zero is one.
+	Kinds int
+	// Proxied puts every cluster behind a test.FaultProxy of its own, in
+	// the run's process, that adds AddedRTT to each round trip
+	// (latency_bench_test.go).
+	Proxied  bool
+	AddedRTT time.Duration
 }
+
+// kinds is how many kinds the run's controller watches.
+func (s scale) kinds() int { return max(s.Kinds, 1) }
 
 // scaleFigures are what a scale run measured. Per-cluster figures are of
 // idle clusters that have reconciled everything, after garbage collection.
 type scaleFigures struct {
 	AllReconciled      time.Duration // from the first register until every object of every cluster reconciled
 	RSSKiB, HeapKiB    float64       // per cluster: RSS and Go heap in use
+	StackKiB           float64       // per cluster: goroutine stacks in use
 	Goroutines         float64       // per cluster
 	FirstP50, FirstP99 time.Duration // register → first Reconcile of the More clusters
 	MoreMiB            float64       // RSS growth per 100 clusters, from the More clusters
@@ -310,12 +347,7 @@ func scaleKubeconfigs(tb testing.TB, s scale) []string {
 func measureScale(tb testing.TB, s scale, host *rest.Config, ns string, configs []*config.NamedConfig) scaleFigures {
 	tb.Helper()
 	t := newTally(s.Objects)
-	var e engine
-	if s.Engine == engineMCCR {
-		e = startMCCR(tb, host, ns, t)
-	} else {
-		e = startPlain(ns, t)
-	}
+	e := startEngine(tb, s.Engine, host, ns, controllerWork{kinds: s.kinds(), reconcile: t.get})
 	defer func() {
 		if err := e.stop(); err != nil {
 			tb.Error(err)
@@ -326,7 +358,7 @@ func measureScale(tb testing.TB, s scale, host *rest.Config, ns string, configs 
 	if s.Distinct {
 		endpoints = "distinct"
 	}
-	label := fmt.Sprintf("%s-%d-%s", s.Engine, s.Clusters, endpoints)
+	label := fmt.Sprintf("%s-%d-%s-kinds-%d", s.Engine, s.Clusters, endpoints, s.kinds())
 	before := readings(tb, label+"-before")
 	stopCPUProfile := cpuProfile(tb, label+"-register")
 	begin := time.Now()
@@ -343,6 +375,7 @@ func measureScale(tb testing.TB, s scale, host *rest.Config, ns string, configs 
 	n := float64(s.Clusters)
 	fig.RSSKiB = float64(idle.rssKiB-before.rssKiB) / n
 	fig.HeapKiB = float64(idle.heapBytes-before.heapBytes) / 1024 / n
+	fig.StackKiB = float64(idle.stackBytes-before.stackBytes) / 1024 / n
 	fig.Goroutines = float64(idle.goroutines-before.goroutines) / n
 
 	if s.More > 0 {
@@ -380,6 +413,7 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 type reading struct {
 	rssKiB     int64
 	heapBytes  int64
+	stackBytes int64
 	goroutines int
 }
 
@@ -398,7 +432,12 @@ func readings(tb testing.TB, moment string) reading {
 	settle()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	r := reading{rssKiB: rssKiB(), heapBytes: int64(ms.HeapInuse), goroutines: runtime.NumGoroutine()} //nolint:gosec // G115: a heap fits in int64
+	r := reading{
+		rssKiB:     rssKiB(),
+		heapBytes:  int64(ms.HeapInuse),  //nolint:gosec // G115: a heap fits in int64
+		stackBytes: int64(ms.StackInuse), //nolint:gosec // G115: so do stacks
+		goroutines: runtime.NumGoroutine(),
+	}
 	if dir := os.Getenv(profileDirEnv); dir != "" {
 		writeProfiles(tb, dir, moment)
 	}

@@ -23,8 +23,11 @@ import (
 // scaleSpecEnv names the file holding a child's scaleSpec.
 const scaleSpecEnv = "MCCR_E2E_SCALE_SPEC"
 
-// scaleSpec is what a child runs, and where it writes its figures.
+// scaleSpec is what a child runs, and where it writes its figures: a scale
+// run, or, with Burst, a noisy neighbour's burst of writes
+// (neighbour_bench_test.go).
 type scaleSpec struct {
+	Burst       *neighbourBurst `json:",omitempty"`
 	Scale       scale
 	Namespace   string
 	Host        string   // kubeconfig of the Server's host cluster
@@ -41,30 +44,13 @@ func runScale(tb testing.TB, s scale, ns string, kubeconfigs []string) scaleFigu
 	dir := tb.TempDir()
 	spec := scaleSpec{Scale: s, Namespace: ns, Host: fleet.Cluster("host").KubeconfigPath, Kubeconfigs: kubeconfigs,
 		Figures: filepath.Join(dir, "figures.json")}
-	raw, err := json.Marshal(spec)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	specPath := filepath.Join(dir, "spec.json")
-	if err := os.WriteFile(specPath, raw, 0o600); err != nil {
-		tb.Fatal(err)
-	}
-	args := []string{"-test.run=^TestScaleChild$", "-test.v", "-test.timeout=30m"}
-	if os.Getenv(profileDirEnv) != "" {
-		// Heap profiles to read per cluster sample every 4 KiB allocated
-		// (which slows the run down: set MCCR_SCALE_MEMPROFILERATE=524288,
-		// the runtime's default, for CPU profiles).
-		rate := cmp.Or(os.Getenv("MCCR_SCALE_MEMPROFILERATE"), "4096")
-		args = append(args, "-test.memprofilerate="+rate)
-	}
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), scaleSpecEnv+"="+specPath)
+	cmd := childCommand(tb, dir, spec)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
 		tb.Fatalf("scale run %+v in a child process: %v\n%s", s, err, out.Bytes())
 	}
-	raw, err = os.ReadFile(spec.Figures)
+	raw, err := os.ReadFile(spec.Figures)
 	if err != nil {
 		tb.Fatalf("scale run %+v wrote no figures: %v\n%s", s, err, out.Bytes())
 	}
@@ -76,6 +62,31 @@ func runScale(tb testing.TB, s scale, ns string, kubeconfigs []string) scaleFigu
 		tb.Logf("scale run %+v:\n%s", s, out.Bytes())
 	}
 	return fig
+}
+
+// childCommand returns the command that runs spec in a child process,
+// spec written to a file in dir.
+func childCommand(tb testing.TB, dir string, spec scaleSpec) *exec.Cmd {
+	tb.Helper()
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	specPath := filepath.Join(dir, "spec.json")
+	if err := os.WriteFile(specPath, raw, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	args := []string{"-test.run=^TestScaleChild$", "-test.v", "-test.timeout=30m"}
+	if os.Getenv(profileDirEnv) != "" && spec.Burst == nil {
+		// Heap profiles to read per cluster sample every 4 KiB allocated
+		// (which slows the run down: set MCCR_SCALE_MEMPROFILERATE=524288,
+		// the runtime's default, for CPU profiles).
+		rate := cmp.Or(os.Getenv("MCCR_SCALE_MEMPROFILERATE"), "4096")
+		args = append(args, "-test.memprofilerate="+rate)
+	}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), scaleSpecEnv+"="+specPath)
+	return cmd
 }
 
 // TestScaleChild is not a test but a scale run's child process: runScale
@@ -94,10 +105,17 @@ func TestScaleChild(t *testing.T) {
 	if err := json.Unmarshal(raw, &spec); err != nil {
 		t.Fatal(err)
 	}
+	if spec.Burst != nil {
+		runBurst(t, *spec.Burst)
+		return
+	}
 	host := loadOne(t, spec.Host)
 	configs := make([]*config.NamedConfig, len(spec.Kubeconfigs))
 	for i, p := range spec.Kubeconfigs {
 		configs[i] = loadOne(t, p)
+	}
+	if spec.Scale.Proxied {
+		defer behindProxies(t, configs, spec.Scale.AddedRTT)()
 	}
 	fig := measureScale(t, spec.Scale, host.Config, spec.Namespace, configs)
 	if raw, err = json.Marshal(fig); err != nil {
@@ -109,11 +127,11 @@ func TestScaleChild(t *testing.T) {
 }
 
 // loadOne loads the one cluster of a kubeconfig file.
-func loadOne(t *testing.T, path string) *config.NamedConfig {
-	t.Helper()
+func loadOne(tb testing.TB, path string) *config.NamedConfig {
+	tb.Helper()
 	ncs, err := config.LoadConfigsFromConfigFile(path)
 	if err != nil || len(ncs) != 1 {
-		t.Fatalf("%s: %d clusters, %v; want one", path, len(ncs), err)
+		tb.Fatalf("%s: %d clusters, %v; want one", path, len(ncs), err)
 	}
 	return ncs[0]
 }
