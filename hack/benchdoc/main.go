@@ -1,7 +1,8 @@
 // Command benchdoc turns `go test -bench` output (several -count runs) into
 // the Markdown tables of docs/benchmarks.md: per benchmark and unit, the
 // median over the runs, with the machine and the command that produced it;
-// first, the fleet-scale figures (BenchmarkFleet) side by side.
+// first, the fleet-scale figures (BenchmarkFleet) side by side, and what one
+// more watched kind costs a cluster.
 //
 //	go test -run '^$' -bench . -benchmem -count 5 ./... | go run ./hack/benchdoc -cmd "..." > docs/benchmarks.md
 package main
@@ -31,10 +32,28 @@ func main() {
 	notes := flag.String("notes", "", "a Markdown file appended after the table")
 	flag.Parse()
 
-	var cpu, pkg string
-	var order []*series
+	order, cpu, err := parse(os.Stdin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	write(os.Stdout, cpu, *cmd, order)
+	if *notes != "" {
+		raw, err := os.ReadFile(*notes)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Fprintf(os.Stdout, "\n%s", raw)
+	}
+}
+
+// parse reads `go test -bench` output: the series in the order they first
+// appear, and the machine's CPU as go test names it.
+func parse(r io.Reader) (order []*series, cpu string, err error) {
+	var pkg string
 	byName := map[string]*series{}
-	sc := bufio.NewScanner(os.Stdin)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
@@ -69,19 +88,7 @@ func main() {
 			}
 		}
 	}
-	if err := sc.Err(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	write(os.Stdout, cpu, *cmd, order)
-	if *notes != "" {
-		raw, err := os.ReadFile(*notes)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		fmt.Fprintf(os.Stdout, "\n%s", raw)
-	}
+	return order, cpu, sc.Err()
 }
 
 // trimProcs drops the -GOMAXPROCS suffix go test adds to names.
@@ -115,7 +122,9 @@ func write(w io.Writer, cpu, cmd string, all []*series) {
 		fmt.Fprintf(w, "- command: `%s`\n", cmd)
 	}
 	fmt.Fprintln(w)
-	writeScale(w, all)
+	runs := fleetRuns(all)
+	writeScale(w, runs)
+	writeKinds(w, runs)
 	fmt.Fprintln(w, "## All figures")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| package | benchmark | runs | figures (median) |")
@@ -156,17 +165,20 @@ func memTotal() string {
 }
 
 // fleetRun is a BenchmarkFleet series:
-// BenchmarkFleet/clusters=N/endpoints=distinct|shared/engine.
+// BenchmarkFleet/clusters=N/endpoints=distinct|shared/kinds=K/engine, or
+// without kinds=K (one kind), as the benchmark named its runs before it
+// had more.
 type fleetRun struct {
 	clusters  int
 	endpoints string
+	kinds     int
 	engine    string
 	s         *series
 }
 
 func parseFleet(s *series) (fleetRun, bool) {
 	parts := strings.Split(s.name, "/")
-	if len(parts) != 4 || parts[0] != "BenchmarkFleet" {
+	if len(parts) < 4 || len(parts) > 5 || parts[0] != "BenchmarkFleet" {
 		return fleetRun{}, false
 	}
 	n, err := strconv.Atoi(strings.TrimPrefix(parts[1], "clusters="))
@@ -174,32 +186,28 @@ func parseFleet(s *series) (fleetRun, bool) {
 	if err != nil || !ok {
 		return fleetRun{}, false
 	}
-	return fleetRun{clusters: n, endpoints: ep, engine: parts[3], s: s}, true
+	r := fleetRun{clusters: n, endpoints: ep, kinds: 1, engine: parts[len(parts)-1], s: s}
+	if len(parts) == 5 {
+		k, ok := strings.CutPrefix(parts[3], "kinds=")
+		if !ok {
+			return fleetRun{}, false
+		}
+		if r.kinds, err = strconv.Atoi(k); err != nil || r.kinds < 1 {
+			return fleetRun{}, false
+		}
+	}
+	return r, true
 }
 
-// scaleColumns are the BenchmarkFleet units shown side by side, with
-// their headings.
-var scaleColumns = []struct{ unit, heading string }{
-	{"KiB-rss/cluster", "RSS / idle cluster (KiB)"},
-	{"KiB-heap/cluster", "Go heap / idle cluster (KiB)"},
-	{"goroutines/cluster", "goroutines / idle cluster"},
-	{"s-all-reconciled", "registered → all reconciled (s)"},
-	{"ms-p50-first-reconcile", "register → first Reconcile, p50 (ms)"},
-	{"ms-p99-first-reconcile", "p99 (ms)"},
-	{"MiB-rss/100-more-clusters", "RSS growth / 100 more clusters (MiB)"},
-}
-
-// writeScale writes the fleet-scale figures, clusters behind endpoints of
-// their own (as N real clusters are) first: those are the headline.
-func writeScale(w io.Writer, all []*series) {
+// fleetRuns returns the BenchmarkFleet series, clusters behind endpoints of
+// their own (as N real clusters are) first: those are the headline. Then
+// by clusters, kinds, and mccr before controller-runtime.
+func fleetRuns(all []*series) []fleetRun {
 	var runs []fleetRun
 	for _, s := range all {
 		if r, ok := parseFleet(s); ok {
 			runs = append(runs, r)
 		}
-	}
-	if len(runs) == 0 {
-		return
 	}
 	slices.SortStableFunc(runs, func(a, b fleetRun) int {
 		if a.endpoints != b.endpoints {
@@ -208,20 +216,54 @@ func writeScale(w io.Writer, all []*series) {
 		if a.clusters != b.clusters {
 			return a.clusters - b.clusters
 		}
+		if a.kinds != b.kinds {
+			return a.kinds - b.kinds
+		}
 		return boolOrder(a.engine != "mccr", b.engine != "mccr")
 	})
+	return runs
+}
+
+// medianOf is the median of r's figure in unit, if r reported it.
+func (r fleetRun) medianOf(unit string) (float64, bool) {
+	v, ok := r.s.vals[unit]
+	if !ok || len(v) == 0 {
+		return 0, false
+	}
+	return median(v), true
+}
+
+// scaleColumns are the BenchmarkFleet units shown side by side, with
+// their headings.
+var scaleColumns = []struct{ unit, heading string }{
+	{"KiB-rss/cluster", "RSS / idle cluster (KiB)"},
+	{"KiB-heap/cluster", "Go heap / idle cluster (KiB)"},
+	{"goroutines/cluster", "goroutines / idle cluster"},
+	{"KiB-stack/cluster", "stacks / idle cluster (KiB)"},
+	{"s-all-reconciled", "registered → all reconciled (s)"},
+	{"ms-p50-first-reconcile", "register → first Reconcile, p50 (ms)"},
+	{"ms-p99-first-reconcile", "p99 (ms)"},
+	{"MiB-rss/100-more-clusters", "RSS growth / 100 more clusters (MiB)"},
+}
+
+// writeScale writes the fleet-scale figures, one row per run of the
+// benchmark (in fleetRuns' order).
+func writeScale(w io.Writer, runs []fleetRun) {
+	if len(runs) == 0 {
+		return
+	}
 	fmt.Fprintln(w, "## A fleet of clusters (BenchmarkFleet)")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Endpoints *distinct*: every cluster behind a loopback endpoint of its own, so that the engine sees as many API servers as clusters (the headline figures). *Shared*: names straight on the three API servers, which share connections and REST mappers.")
+	fmt.Fprintln(w, "Endpoints *distinct*: every cluster behind a loopback endpoint of its own, so that the engine sees as many API servers as clusters (the headline figures). *Shared*: names straight on the three API servers, which share connections and REST mappers. *Kinds*: how many kinds the controller watches (ConfigMaps alone, or with the nine kinds it Owns).")
 	fmt.Fprintln(w)
-	head := []string{"clusters", "endpoints", "engine", "runs"}
+	head := []string{"clusters", "endpoints", "kinds", "engine", "runs"}
 	for _, c := range scaleColumns {
 		head = append(head, c.heading)
 	}
 	fmt.Fprintf(w, "| %s |\n", strings.Join(head, " | "))
 	fmt.Fprintf(w, "|%s\n", strings.Repeat("---|", len(head)))
 	for _, r := range runs {
-		row := []string{strconv.Itoa(r.clusters), r.endpoints, r.engine, ""}
+		row := []string{strconv.Itoa(r.clusters), r.endpoints, strconv.Itoa(r.kinds), r.engine, ""}
 		runs := 0
 		for _, c := range scaleColumns {
 			v, ok := r.s.vals[c.unit]
@@ -232,7 +274,7 @@ func writeScale(w io.Writer, all []*series) {
 			runs = max(runs, len(v))
 			row = append(row, format(median(v)))
 		}
-		row[3] = strconv.Itoa(runs)
+		row[4] = strconv.Itoa(runs)
 		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
 	}
 	fmt.Fprintln(w)
