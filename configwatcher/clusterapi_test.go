@@ -410,13 +410,18 @@ func (e *clusterAPIEnv) testAvailable(t *testing.T) {
 // testCRDLate: the member, without Cluster API, serves as the host. The
 // watcher starts anyway, reports ErrClusterAPINotInstalled, and publishes
 // the clusters once the CRD is installed — v1beta1 only, as management
-// clusters before Cluster API v1.11 serve it.
+// clusters before Cluster API v1.11 serve it — within 5s of its creation,
+// however long the watcher has waited for it.
 func (e *clusterAPIEnv) testCRDLate(t *testing.T) {
 	ns := test.NamespaceName(t)
 	create(t, e.memberClient, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	r := e.watchCAPI(t, e.member.Config, configwatcher.WithClusterAPINamespaces(ns))
 	r.err(configwatcher.ErrClusterAPINotInstalled, config.RedactURL(e.member.Config.Host), "clusters.cluster.x-k8s.io")
+	// Long enough for a doubling backoff to have grown past 5s; nothing
+	// is asserted of the wait.
+	time.Sleep(9 * time.Second)
 
+	created := time.Now()
 	installCRD(t, e.member.Config, capicrd.ClusterV1Beta1)
 	// The member's own API server stands in for the workload cluster.
 	create(t, e.memberClient, kubeconfigSecret(ns, "self", map[string][]byte{"value": e.kubeconfigFor(t, e.token)}))
@@ -424,6 +429,11 @@ func (e *clusterAPIEnv) testCRDLate(t *testing.T) {
 	create(t, e.memberClient, cl)
 	setStatus(t, e.memberClient, cl, map[string]any{"infrastructureReady": true, "controlPlaneReady": true})
 	ev := r.event(configwatcher.Added, ns+"/self")
+	late := time.Since(created)
+	t.Logf("figure: Cluster API CRD created 9s after the watcher started → first Added event: %s", late.Round(time.Millisecond))
+	if late > 5*time.Second {
+		t.Errorf("the CRD was created %s before the first Added event, want at most 5s", late.Round(time.Millisecond))
+	}
 	e.reachesMember(t, ev.Config, e.token)
 }
 

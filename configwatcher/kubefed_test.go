@@ -329,13 +329,20 @@ func (e *kubeFedEnv) testCRDMissing(t *testing.T) {
 	e.namespace(t, memberClient, ns)
 	r := e.watch(t, e.member.Config, configwatcher.WithKubeFedNamespace(ns), configwatcher.WithKubeFedErrorDelay(kfErrorDelay))
 	r.err(configwatcher.ErrKubeFedNotInstalled, e.member.Config.Host, "kubefedclusters.core.kubefed.io")
+	time.Sleep(2 * time.Second) // the CRD comes late; nothing is asserted of the wait
 
+	created := time.Now()
 	if err := test.InstallCRDs(e.member.Config, e.crdPath); err != nil {
 		t.Fatal(err)
 	}
 	// The member's own API server stands in for the joined cluster.
 	e.join(t, e.member, ns, "self", e.memberToken)
 	ev := r.event(configwatcher.Added, "self")
+	late := time.Since(created)
+	t.Logf("figure: KubeFedCluster CRD created 2s after the watcher started → first Added event: %s", late.Round(time.Millisecond))
+	if late > 5*time.Second {
+		t.Errorf("the CRD was created %s before the first Added event, want at most 5s", late.Round(time.Millisecond))
+	}
 	e.reaches(t, ev.Config.Config, e.memberToken)
 }
 

@@ -30,7 +30,7 @@ func TestClusterProfile(t *testing.T) {
 				crd.Spec.Scope != apiextensionsv1.NamespaceScoped {
 				t.Fatalf("not the ClusterProfile CRD: %s %+v", crd.Name, crd.Spec.Names)
 			}
-			var served []string
+			served := make([]string, 0, len(crd.Spec.Versions))
 			for _, v := range crd.Spec.Versions {
 				if !v.Served || v.Subresources == nil || v.Subresources.Status == nil {
 					t.Errorf("%s: served %v, status subresource %v", v.Name, v.Served, v.Subresources)
