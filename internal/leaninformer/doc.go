@@ -1,16 +1,53 @@
 // Package leaninformer provides a client-go SharedIndexInformer for member
-// clusters that costs no goroutine per handler while its handlers are idle.
+// clusters that costs no goroutine of its own while it watches, and none
+// per handler while its handlers are idle.
 //
 // client-go's informer passes each event through a FIFO, a shared processor
 // and a buffer per handler, each with goroutines of its own: seven per
-// informer with one handler, and a 1,024-slot buffer per handler. Here the
-// reflector (client-go's, unchanged) writes to a store that updates the
-// indexer and appends the event to a queue per handler: one goroutine runs
-// the reflector, and the reflector's resync timer is the other. A handler's
-// queue is emptied by a goroutine started when an event is queued and
-// ended when none is left, so a handler that takes its time (a map
-// function that lists, say) holds up neither the watch, nor the store,
-// nor the informer's other handlers, as with client-go.
+// informer with one handler, and a 1,024-slot buffer per handler; its
+// reflector adds a resync goroutine to every watch. Here a pump, one
+// goroutine shared by up to 64 informers of the process, receives from the
+// informers' watches (reflect.Select over their result channels), writes
+// each change to the informer's indexer and appends the event to a queue
+// per handler; it also runs their resync checks (a timer each) and their
+// backoffs. Lists and the opening of watches are requests that may take a
+// while: each runs in a goroutine of its own that hands the outcome back.
+// What a watching informer costs is its watch: the HTTP/2 stream's
+// goroutine and client-go's decoder of the stream. A pump ends once its
+// last informer has stopped.
+//
+// The list-and-watch loop is client-go's reflector's, taken apart into
+// steps: a list (from the watch cache first, resource version "0"; from
+// the last version seen after that; from etcd, "", once that version has
+// expired or is too new; in pages when the server pages), then a watch
+// from the list's version with bookmarks and a random timeout of 5 to 10
+// minutes; a watch that ends on its own is opened again at once from the
+// last version seen (bookmarks move it), one that ends with an error (a
+// 410 Expired among them) or without an event within a second is followed
+// by a new list after client-go's backoff, as is a failed list or a watch
+// that could not be opened; a refused connection or 429 backs off and
+// watches again without a list. Watch errors go to the handler set with
+// SetWatchErrorHandlerWithContext, the ones client-go's reflector hands
+// it (a failed list, a watch that could not be opened), with a Reflector
+// that only names the kind (TypeDescription) and is never run. The
+// initial list is a plain list, not client-go's watch-list (a list
+// streamed through the watch, sendInitialEvents).
+//
+// An informer of New runs as client-go's does: Run blocks until its
+// context ends. A Runner's informers run detached: Run hands them to a
+// pump and returns, and they stop when the Runner's context ends, when the
+// Runner stops, or one by one (Stop). controller-runtime runs each informer
+// in a goroutine of its own for as long as Run lasts, with another that
+// merges two stop channels; a cache whose informers run detached pays
+// neither, and stops them itself (see Runner).
+//
+// A handler's queue is emptied by a goroutine started when an event is
+// queued and ended when none is left, so a handler that takes its time (a
+// map function that lists, say) holds up neither the watch, nor the
+// store, nor the informer's other handlers, nor the other informers of its
+// pump, as with client-go. No handler code runs in a pump, and a pump
+// takes at most a few dozen events of one watch in a row before it looks
+// at its other informers again.
 //
 // What a handler sees is what client-go's informer gives it, in the same
 // order: the initial list as adds marked isInInitialList; a handler added
@@ -22,9 +59,7 @@
 // holds the initial list (a handler may read it, through a cache that waits
 // for the sync, while it is handed the list), a registration once its
 // handler has been handed the initial list (controller-runtime's sources
-// wait for that). Watch errors go to the handler set with
-// SetWatchErrorHandlerWithContext, with client-go's backoff between
-// attempts.
+// wait for that).
 //
 // A handler's queue grows without bound while the handler is slower than
 // the events, as client-go's buffer does. Handlers may call any method of
@@ -32,8 +67,8 @@
 // RemoveEventHandler returns, at most the event under way reaches the
 // handler and what was queued for it is dropped; registrations have no
 // ShutdownChan (client-go's ShutDownEventHandler reports an error). Run
-// returns once the handler calls under way have returned; what is still
-// queued then is dropped, as client-go drops its buffers. A handler that
-// panics ends the process, as with client-go's default
-// (utilruntime.ReallyCrash).
+// (of an informer of New) and a Runner's Stop return once the handler
+// calls under way have returned; what is still queued then is dropped, as
+// client-go drops its buffers. A handler that panics ends the process, as
+// with client-go's default (utilruntime.ReallyCrash).
 package leaninformer

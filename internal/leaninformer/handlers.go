@@ -113,7 +113,7 @@ func (i *Informer) RemoveEventHandler(handle toolscache.ResourceEventHandlerRegi
 }
 
 // shouldResync marks the handlers whose resync is due as syncing and
-// reports whether there are any; the reflector asks before each resync.
+// reports whether there are any; the pump asks at each resync check.
 func (i *Informer) shouldResync() bool {
 	i.mu.Lock()
 	defer i.mu.Unlock()
@@ -131,34 +131,47 @@ func (i *Informer) shouldResync() bool {
 }
 
 // deliveries keeps count of the informer's delivery goroutines, so that
-// Run returns only once none is left.
+// its stop can wait for them.
 type deliveries struct {
 	mu      sync.Mutex
-	stopped bool // the informer has stopped: no delivery starts
+	halted  bool // the informer has stopped: no delivery starts
 	running sync.WaitGroup
-	done    atomic.Bool // stopped, read by deliveries under way
+	active  atomic.Int32 // running's count, for idle
+	done    atomic.Bool  // halted, read by deliveries under way
 }
 
 // begin reports whether a delivery goroutine may start, counting it.
 func (d *deliveries) begin() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.stopped {
+	if d.halted {
 		return false
 	}
 	d.running.Add(1)
+	d.active.Add(1)
 	return true
 }
 
-// stop makes the deliveries drop what they hold once their handler call
-// under way returns, and waits for them to end.
-func (d *deliveries) stop() {
+// end counts a delivery goroutine out.
+func (d *deliveries) end() {
+	d.active.Add(-1)
+	d.running.Done()
+}
+
+// halt makes the deliveries drop what they hold once their handler call
+// under way returns, and starts no other.
+func (d *deliveries) halt() {
 	d.mu.Lock()
-	d.stopped = true
+	d.halted = true
 	d.done.Store(true)
 	d.mu.Unlock()
-	d.running.Wait()
 }
+
+// wait waits for the deliveries under way to end, once halted.
+func (d *deliveries) wait() { d.running.Wait() }
+
+// idle reports whether no delivery goroutine runs.
+func (d *deliveries) idle() bool { return d.active.Load() == 0 }
 
 // registration is one handler of an informer, with the events not yet
 // handed to it.
@@ -227,7 +240,7 @@ func (r *registration) queue(events ...event) {
 // is left, the handler is removed or the informer stops.
 func (r *registration) run() {
 	d := &r.informer.deliveries
-	defer d.running.Done()
+	defer d.end()
 	defer utilruntime.HandleCrash()
 	for {
 		r.mu.Lock()

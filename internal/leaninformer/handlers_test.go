@@ -194,7 +194,7 @@ func TestIdleHandlersCostNoGoroutine(t *testing.T) {
 		waitFor(t, 5*time.Second, r.name+" to sync", r.registration().HasSynced)
 	}
 	waitFor(t, 5*time.Second, "the deliveries to end", inf.idle)
-	// The one that runs it and the reflector's resync goroutine; a
+	// The one that runs it and its pump (shared, but alone here); a
 	// delivery that has just found its queue empty may take a moment to
 	// exit.
 	waitFor(t, 5*time.Second, "the informer to add at most 2 goroutines with its handlers idle", func() bool {

@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -44,34 +48,53 @@ var ErrStarted = errors.New("informer has already started")
 // signature of client-go's NewSharedIndexInformer (and of
 // controller-runtime's cache.Options.NewInformer). resync is the default
 // resync period of its handlers and how often it checks for resyncs; zero
-// is none.
+// is none. Its Run blocks until its context ends, as client-go's does;
+// a Runner's informers run detached instead.
 func New(lw toolscache.ListerWatcher, exampleObject runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
 	return newInformer(lw, exampleObject, resync, indexers, clock.RealClock{})
 }
 
 func newInformer(lw toolscache.ListerWatcher, example runtime.Object, resync time.Duration, indexers toolscache.Indexers, clk clock.Clock) *Informer {
-	return &Informer{
-		lw:            lw,
+	i := &Informer{
+		givenLW:       lw,
+		lw:            toolscache.ToListerWatcherWithContext(lw),
 		example:       example,
+		expectedType:  reflect.TypeOf(example),
 		indexer:       toolscache.NewIndexer(toolscache.DeletionHandlingMetaNamespaceKeyFunc, indexers),
 		resyncCheck:   resync,
 		defaultResync: resync,
 		clock:         clk,
 		synced:        make(chan struct{}),
+		released:      make(chan struct{}),
 		onWatchError:  toolscache.DefaultWatchErrorHandler,
 	}
+	if u, ok := example.(*unstructured.Unstructured); ok {
+		if gvk := u.GroupVersionKind(); !gvk.Empty() {
+			i.expectedGVK = &gvk
+		}
+	}
+	return i
 }
 
-// Informer is a SharedIndexInformer that stores what it watches in the
-// goroutine that watches and hands it to each handler from a queue of that
-// handler's own. See the package documentation.
+// Informer is a SharedIndexInformer whose list and watch run in a pump
+// shared with other informers, which stores what the watch reports and
+// hands it to each handler through a queue of that handler's own. See the
+// package documentation.
 type Informer struct {
-	lw            toolscache.ListerWatcher
+	givenLW       toolscache.ListerWatcher
+	lw            toolscache.ListerWatcherWithContext
 	example       runtime.Object
+	expectedType  reflect.Type
+	expectedGVK   *schema.GroupVersionKind
 	indexer       toolscache.Indexer
 	defaultResync time.Duration
 	clock         clock.Clock
+	runner        *Runner       // set for an informer that runs detached
 	synced        chan struct{} // closed once the store holds the first list
+	released      chan struct{} // closed once its pump has let it go, after it stopped
+
+	// lastRV is the resource version the informer last saw (a *string).
+	lastRV atomic.Pointer[string]
 
 	// mu guards the fields below and pairs each change of the indexer with
 	// the handler list it is delivered to, so that a handler added meanwhile
@@ -83,26 +106,36 @@ type Informer struct {
 	resyncCheck  time.Duration
 	transform    toolscache.TransformFunc
 	onWatchError toolscache.WatchErrorHandlerWithContext
-	reflector    *toolscache.Reflector
 	handlers     []*registration // replaced, never changed in place
+	stop         context.CancelFunc
 
-	// deliver serializes the queueing of events: the reflector's events
-	// and its resyncs come from two goroutines.
+	// deliver serializes the queueing of events: the pump's and those of
+	// a list, which runs outside the pump.
 	deliver sync.Mutex
 
 	// deliveries are the handlers' delivery goroutines (see registration).
 	deliveries deliveries
+
+	// run is what the pump knows of the informer: set before it is handed
+	// to the pump, then the pump's alone.
+	run *runState
 }
 
 var _ toolscache.SharedIndexInformer = (*Informer)(nil)
 
-// Run runs the informer until stopCh closes.
+// Run runs the informer until stopCh closes (see RunWithContext).
 func (i *Informer) Run(stopCh <-chan struct{}) { i.RunWithContext(wait.ContextForChannel(stopCh)) }
 
-// RunWithContext lists and watches until ctx ends, delivering to the
-// handlers as it goes. An informer runs once.
+// RunWithContext starts listing and watching, delivering to the handlers
+// as it goes. An informer runs once.
+//
+// An informer of New runs until ctx ends, and returns once the handler
+// calls under way have returned, as client-go's does. An informer of a
+// Runner runs detached: RunWithContext returns at once, and the informer
+// runs until it is stopped (Stop) or its Runner's context ends; ctx only
+// lends it its logger. controller-runtime ends the context it hands an
+// informer as soon as Run returns, so a detached informer must not heed it.
 func (i *Informer) RunWithContext(ctx context.Context) {
-	defer utilruntime.HandleCrashWithContext(ctx)
 	logger := klog.FromContext(ctx)
 	i.mu.Lock()
 	if i.started {
@@ -110,29 +143,60 @@ func (i *Informer) RunWithContext(ctx context.Context) {
 		logger.Info("Warning: the informer has started, run more than once is not allowed")
 		return
 	}
-	r := toolscache.NewReflectorWithOptions(i.lw, i.example, store{i}, toolscache.ReflectorOptions{
-		Logger:       &logger,
-		ResyncPeriod: i.resyncCheck,
-		Clock:        i.clock,
-	})
-	r.ShouldResync = i.shouldResync
-	i.reflector, i.started = r, true
-	onWatchError := i.onWatchError
+	i.started = true
+	runner := i.runner
+	base := ctx
+	if runner != nil {
+		base = klog.NewContext(runner.ctx, logger)
+	}
+	runCtx, stop := context.WithCancel(base)
+	i.stop = stop
+	i.run = newRunState(runCtx, i, logger)
 	i.mu.Unlock()
-	defer func() {
-		i.mu.Lock()
-		i.stopped = true
-		i.mu.Unlock()
-		// Returns once the handlers' calls under way have returned (what
-		// is still queued is dropped), as client-go's Run does.
-		i.deliveries.stop()
-	}()
-	_ = backoff.DelayWithReset(i.clock, backoffReset).Until(ctx, true, true, func(ctx context.Context) (bool, error) {
-		if err := r.ListAndWatchWithContext(ctx); err != nil {
-			onWatchError(ctx, r, err)
-		}
-		return false, nil
-	})
+	if runner != nil && !runner.add(i) {
+		stop() // the Runner has stopped: so has the informer
+	}
+	assign(i)
+	if runner != nil {
+		return
+	}
+	<-runCtx.Done()
+	i.Stop()
+	i.wait()
+}
+
+// Stop stops the informer: its watch ends, its handlers get nothing more
+// once their calls under way have returned, and what was queued for them
+// is dropped. It does not wait for those calls (a handler may call Stop);
+// a Runner's Stop does. Stopping an informer that has not started makes
+// its Run return at once.
+func (i *Informer) Stop() {
+	i.mu.Lock()
+	stop := i.stop
+	if !i.started {
+		i.started, i.stopped = true, true
+		close(i.released)
+	}
+	i.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// halt marks the informer stopped: its deliveries drop what they hold once
+// their handler call under way returns. Called by its pump.
+func (i *Informer) halt() {
+	i.mu.Lock()
+	i.stopped = true
+	i.mu.Unlock()
+	i.deliveries.halt()
+}
+
+// wait returns once the pump has let the informer go and no handler call
+// of it is under way.
+func (i *Informer) wait() {
+	<-i.released
+	i.deliveries.wait()
 }
 
 // HasSynced reports whether the store holds the initial list (its
@@ -146,14 +210,13 @@ func (i *Informer) HasSyncedChecker() toolscache.DoneChecker {
 
 // LastSyncResourceVersion is the resource version the informer last saw.
 func (i *Informer) LastSyncResourceVersion() string {
-	i.mu.Lock()
-	r := i.reflector
-	i.mu.Unlock()
-	if r == nil {
-		return ""
+	if rv := i.lastRV.Load(); rv != nil {
+		return *rv
 	}
-	return r.LastSyncResourceVersion()
+	return ""
 }
+
+func (i *Informer) setLastSyncResourceVersion(rv string) { i.lastRV.Store(&rv) }
 
 // SetWatchErrorHandler sets what is called when a list or watch fails.
 func (i *Informer) SetWatchErrorHandler(handler toolscache.WatchErrorHandler) error {
@@ -161,7 +224,9 @@ func (i *Informer) SetWatchErrorHandler(handler toolscache.WatchErrorHandler) er
 }
 
 // SetWatchErrorHandlerWithContext sets what is called when a list or
-// watch fails, before the informer starts.
+// watch fails, before the informer starts. It is called with a
+// Reflector that names the informer's kind (TypeDescription) and is never
+// run: the informer lists and watches without one.
 func (i *Informer) SetWatchErrorHandlerWithContext(handler toolscache.WatchErrorHandlerWithContext) error {
 	return i.beforeStart(func() { i.onWatchError = handler })
 }
@@ -235,4 +300,23 @@ func isClosed(ch <-chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// nameCarrier is the Reflector handed to the watch-error handler: it
+// carries the informer's name and kind, as client-go's informer's does,
+// and is never run.
+func nameCarrier(i *Informer, logger logr.Logger) *toolscache.Reflector {
+	return toolscache.NewReflectorWithOptions(i.givenLW, i.example, nil, toolscache.ReflectorOptions{
+		Name:   "leaninformer",
+		Logger: &logger,
+		Clock:  i.clock,
+	})
+}
+
+// RunsDetached reports whether the informer's Run returns at once (a
+// Runner's informer) rather than when its context ends.
+func (i *Informer) RunsDetached() bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.runner != nil
 }

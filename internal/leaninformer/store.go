@@ -6,41 +6,10 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 )
 
-// store is what the informer's reflector writes to: each change goes to
-// the indexer, then to the handlers' queues, in the reflector's goroutine
-// (the resync timer's for Resync). It delivers what client-go's informer
-// does for the same change (see processDeltas in client-go's controller.go).
-type store struct{ i *Informer }
-
-var (
-	_ toolscache.ReflectorStore         = store{}
-	_ toolscache.ReflectorBookmarkStore = store{}
-)
-
-// Add stores an object the watch reports added.
-func (s store) Add(obj any) error { return s.i.upsert(obj) }
-
-// Update stores an object the watch reports modified.
-func (s store) Update(obj any) error { return s.i.upsert(obj) }
-
-// Delete removes an object the watch reports deleted.
-func (s store) Delete(obj any) error { return s.i.remove(obj) }
-
-// Replace sets the store to a new list.
-func (s store) Replace(objs []any, resourceVersion string) error {
-	return s.i.replace(objs, resourceVersion)
-}
-
-// Bookmark records a bookmark's resource version as the one the indexer
-// has seen (its LastStoreSyncResourceVersion), as client-go's informer does.
-func (s store) Bookmark(resourceVersion string) error {
-	s.i.indexer.Bookmark(resourceVersion)
-	return nil
-}
-
-// Resync hands every stored object as an unchanged update to the handlers
-// whose resync is due.
-func (s store) Resync() error { return s.i.resync() }
+// The informer's store: each change goes to the indexer, then to the
+// handlers' queues, in the pump's goroutine (a list's in the goroutine
+// that lists). It delivers what client-go's informer does for the same
+// change (see processDeltas in client-go's controller.go).
 
 func (i *Informer) transformed(obj any) (any, error) {
 	if i.transform == nil {
@@ -158,7 +127,7 @@ func (i *Informer) replace(objs []any, resourceVersion string) error {
 
 // resync delivers every stored object, unchanged, to the handlers whose
 // resync is due.
-func (i *Informer) resync() error {
+func (i *Informer) resync() {
 	i.deliver.Lock()
 	defer i.deliver.Unlock()
 	i.mu.Lock()
@@ -168,7 +137,6 @@ func (i *Informer) resync() error {
 	for _, obj := range objs {
 		deliverEvent(handlers, event{typ: updated, old: obj, obj: obj})
 	}
-	return nil
 }
 
 // deliverEvent hands e to every handler, but an update that does not

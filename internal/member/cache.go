@@ -17,10 +17,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
+	"github.com/mccr-dev/mccr/internal/leaninformer"
 	"github.com/mccr-dev/mccr/internal/syncinformer"
 )
 
@@ -54,6 +56,11 @@ type syncNotifyingCache struct {
 	// tracker knows the sync checkers of every informer and handler
 	// registration handed out, for WaitForCacheSync.
 	tracker syncinformer.Tracker
+
+	// runner runs the cache's leaninformers detached (see
+	// leaninformer.Runner): they stop when the member's lifetime ends or
+	// the cache stops, and when RemoveInformer removes their kind.
+	runner *leaninformer.Runner
 }
 
 func newSyncNotifyingCache(lifetime context.Context, next cache.NewCacheFunc, forbidden *syncinformer.Kinds, waiting *kindSet, log logr.Logger) cache.NewCacheFunc {
@@ -64,6 +71,14 @@ func newSyncNotifyingCache(lifetime context.Context, next cache.NewCacheFunc, fo
 		lifetime = context.Background()
 	}
 	return func(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
+		runner := leaninformer.NewRunner(lifetime)
+		if newInformer := opts.NewInformer; newInformer != nil {
+			opts.NewInformer = func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, idx toolscache.Indexers) toolscache.SharedIndexInformer {
+				i := newInformer(lw, obj, resync, idx)
+				runner.Adopt(i) // a leaninformer; other informers run as controller-runtime runs them
+				return i
+			}
+		}
 		c, err := next(cfg, opts)
 		if err != nil {
 			return nil, err
@@ -75,6 +90,7 @@ func newSyncNotifyingCache(lifetime context.Context, next cache.NewCacheFunc, fo
 		return &syncNotifyingCache{
 			Cache: c, lifetime: lifetime, forbidden: forbidden,
 			waiting: waiting, scheme: scheme, mapper: opts.Mapper, log: log,
+			runner: runner,
 		}, nil
 	}
 }
@@ -175,11 +191,46 @@ var (
 	metadataListType     = reflect.TypeFor[*metav1.PartialObjectMetadataList]()
 )
 
+// Start runs the cache until ctx ends, then stops its detached informers
+// and returns once their handler calls under way have returned, as
+// controller-runtime's cache does for the informers it runs.
+func (c *syncNotifyingCache) Start(ctx context.Context) error {
+	defer c.runner.Stop()
+	return c.Cache.Start(ctx)
+}
+
 // RemoveInformer forgets that obj's kind had synced: a later read makes a
-// new informer and may wait for it.
+// new informer and may wait for it. controller-runtime stops the informers
+// it runs; the detached ones of obj's kind (in every namespace the cache
+// watches, as controller-runtime removes them all) are stopped here.
 func (c *syncNotifyingCache) RemoveInformer(ctx context.Context, obj client.Object) error {
 	c.synced.Clear()
-	return c.Cache.RemoveInformer(ctx, obj)
+	if err := c.Cache.RemoveInformer(ctx, obj); err != nil {
+		return err
+	}
+	gvk, err := apiutil.GVKForObject(obj, c.scheme)
+	if err != nil {
+		return err // controller-runtime's RemoveInformer found it first
+	}
+	c.runner.StopWhere(func(example runtime.Object) bool {
+		egvk, err := apiutil.GVKForObject(example, c.scheme)
+		return err == nil && egvk == gvk && informerFamily(example) == informerFamily(obj)
+	})
+	return nil
+}
+
+// informerFamily is which of controller-runtime's informer maps an
+// object's informer is in: one per GVK for typed objects, unstructured
+// ones and metadata-only ones each.
+func informerFamily(obj runtime.Object) int {
+	switch obj.(type) {
+	case runtime.Unstructured:
+		return 1
+	case *metav1.PartialObjectMetadata, *metav1.PartialObjectMetadataList:
+		return 2
+	default:
+		return 0
+	}
 }
 
 // startGapPoll is how often a read that found the cache not started tries

@@ -162,12 +162,25 @@ func (r *registration) HasSynced() bool {
 }
 
 // RunWithContext runs the informer under a runContext: contexts derived
-// from it end when the run returns, without a goroutine each.
+// from it end when the run returns, without a goroutine each. An informer
+// that runs detached (leaninformer's, adopted by a Runner) returns at once
+// and does not heed the context it is given: it is run as it is.
 func (i *informer) RunWithContext(ctx context.Context) {
+	if d, ok := i.SharedIndexInformer.(detached); ok && d.RunsDetached() {
+		i.SharedIndexInformer.RunWithContext(ctx)
+		return
+	}
 	rc := newRunContext(ctx)
 	defer rc.stop()
 	i.SharedIndexInformer.RunWithContext(rc)
 }
+
+// detached is an informer whose run returns at once, stopped by other
+// means than its run's context.
+type detached interface{ RunsDetached() bool }
+
+// Unwrap returns the informer Wrap's constructor built.
+func (i *informer) Unwrap() toolscache.SharedIndexInformer { return i.SharedIndexInformer }
 
 // Run runs the informer until stop closes, as RunWithContext.
 func (i *informer) Run(stop <-chan struct{}) { i.RunWithContext(wait.ContextForChannel(stop)) }
