@@ -335,6 +335,8 @@ func (g *generation) build(lease *conntrack.Lease, end *stopper, mon *reach.Moni
 		CompressWatches:   g.c.env.opts.CompressWatches,
 		ClientGoInformers: g.c.env.opts.ClientGoInformers,
 		Reach:             mon,
+		Scope:             g.cfg.Scope,
+		ScopeSource:       g.cfg.Source.String(),
 		Options: membermgr.Options{
 			Logger:     log,
 			Controller: ctrlOpts,

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
 	"github.com/mccr-dev/mccr/config"
+	membermgr "github.com/mccr-dev/mccr/internal/member"
 )
 
 // ErrSetupFailed is wrapped by a member's ClusterStatus.LastError when its
@@ -14,6 +17,16 @@ import (
 // backoff like any failure; SetupReadyCheck turns the case where setups
 // fail on every member into a failing readiness check.
 var ErrSetupFailed = errors.New("reconciler setup failed")
+
+// ErrOutOfScope is wrapped by the errors of reads a member does not serve
+// because its scope (config.NamedConfig.Scope: some namespaces, with or
+// without cluster-scoped kinds) leaves them out: a Get or List of a
+// cluster-scoped kind without cluster resources, or in a namespace outside
+// the scope. Nothing was sent to the cluster. It is also wrapped by
+// ClusterStatus.LastError when the cache options given to NewServer watch
+// no namespace of a member's scope (DefaultNamespaces, or a ByObject
+// entry's namespaces): that member does not start.
+var ErrOutOfScope = membermgr.ErrOutOfScope
 
 // Phase is where a member cluster is in its lifecycle.
 type Phase string
@@ -89,6 +102,15 @@ type ClusterStatus struct {
 	// other controllers run; each waiting controller starts within seconds
 	// of its kind being served, without a restart.
 	WaitingFor []string
+	// Unserved lists, sorted by kind, the kinds the running member does
+	// not serve and why: a cluster-scoped kind a controller watches while
+	// the member's scope (config.NamedConfig.Scope) leaves cluster-scoped
+	// kinds out, the reason naming the scope and its source (an Argo CD
+	// cluster Secret, say); or a kind the member's identity may not list
+	// or watch (RBAC), until the rule is granted. The member is Ready and
+	// its other controllers run. A controller of a kind outside the scope
+	// starts only once a new scope allows it, which restarts the member.
+	Unserved []UnservedKind
 	// Reachable is whether the member's API server answered its last
 	// reachability probe (Options.ReachProbeInterval). A probe runs through
 	// the member's own transport whether or not any watch is open, so a
@@ -100,4 +122,34 @@ type ClusterStatus struct {
 	// when it got no answer).
 	LastProbe    time.Time
 	ProbeLatency time.Duration
+}
+
+// UnservedKind is a kind a member does not serve (ClusterStatus.Unserved).
+type UnservedKind struct {
+	// Kind is the kind as schema.GroupVersionKind prints it
+	// ("rbac.authorization.k8s.io/v1, Kind=ClusterRole"); a kind only
+	// client-go's reflector has named shows as its Go type ("*v1.Secret").
+	Kind string
+	// Reason says why it is not served.
+	Reason string
+}
+
+// unservedKinds is what ClusterStatus.Unserved shows of a member's
+// Manager (nil when none runs). It takes only the member's leaf locks.
+func unservedKinds(mgr manager.Manager) []UnservedKind {
+	m, ok := mgr.(interface {
+		UnservedKinds() []membermgr.UnservedKind
+	})
+	if !ok {
+		return nil
+	}
+	kinds := m.UnservedKinds()
+	if len(kinds) == 0 {
+		return nil
+	}
+	out := make([]UnservedKind, len(kinds))
+	for i, k := range kinds {
+		out[i] = UnservedKind{Kind: k.Kind, Reason: k.Reason}
+	}
+	return out
 }

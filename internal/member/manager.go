@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/conversion"
 
+	mccrconfig "github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/internal/leaninformer"
 	"github.com/mccr-dev/mccr/internal/reach"
 	"github.com/mccr-dev/mccr/internal/syncinformer"
@@ -154,6 +155,8 @@ type Manager struct {
 
 	// waiting are the kinds warm-ups wait for; written by the cache.
 	waiting *kindSet
+	// unserved are the kinds the member does not serve (nil without Build).
+	unserved *unservedKinds
 	// writes are the member's writes in flight, which its stop waits for
 	// (bounded by their grace; nil without Build).
 	writes *writesInFlight
@@ -252,6 +255,11 @@ type BuildOptions struct {
 	// WatchError is told every failed list and watch of the member's
 	// informers, after the cache options' own handler.
 	Reach *reach.Monitor
+	// Scope is the part of the cluster the member watches (see scope.go);
+	// the zero value is the whole cluster. ScopeSource names where it
+	// came from ("Secret argocd/cluster-x"), for reports.
+	Scope       mccrconfig.Scope
+	ScopeSource string
 }
 
 // Build creates the Cluster of a member from cfg and the Manager around
@@ -262,7 +270,11 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 	if lifetime == nil {
 		lifetime = context.Background()
 	}
+	if err := opts.Scope.Validate(); err != nil {
+		return nil, fmt.Errorf("scope from %s: %w", opts.ScopeSource, err)
+	}
 	forbidden := syncinformer.NewKinds()
+	unserved := newUnservedKinds(forbidden, opts.Scope, opts.ScopeSource, opts.Logger)
 	waiting := newKindSet()
 	writes := newWritesInFlight(writeGrace(opts.GracefulShutdownTimeout))
 	memberHC, mapperHC, err := httpClients(lifetime, cfg, opts.CompressWatches, writes)
@@ -302,7 +314,7 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 				opts.Reach.WatchError(err)
 			}
 		}
-		co.NewCache = newSyncNotifyingCache(lifetime, co.NewCache, forbidden, waiting, opts.Logger)
+		co.NewCache = newSyncNotifyingCache(lifetime, scopedNewCache(lifetime, co.NewCache, unserved), forbidden, waiting, opts.Logger)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating cluster: %w", err)
@@ -310,6 +322,7 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 	m := New(cl, opts.Options)
 	m.waiting = waiting
 	m.writes = writes
+	m.unserved = unserved
 	return m, nil
 }
 
