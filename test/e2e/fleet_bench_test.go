@@ -52,9 +52,7 @@ func BenchmarkFleet(b *testing.B) {
 					b.ReportMetric(ms(fig.FirstP50), "ms-p50-first-reconcile")
 					b.ReportMetric(ms(fig.FirstP99), "ms-p99-first-reconcile")
 					b.ReportMetric(fig.MoreMiB, "MiB-rss/100-more-clusters")
-					if fig.Failures > 0 {
-						b.Errorf("%d cluster failures", fig.Failures)
-					}
+					checkFailures(b, fig.Failures, fig.FailureNotes)
 				}
 			})
 		}

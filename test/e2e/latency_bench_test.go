@@ -28,9 +28,7 @@ func BenchmarkSlowNetwork(b *testing.B) {
 					b.ReportMetric(fig.AllReconciled.Seconds(), "s-all-reconciled")
 					b.ReportMetric(ms(fig.FirstP50), "ms-p50-first-reconcile")
 					b.ReportMetric(ms(fig.FirstP99), "ms-p99-first-reconcile")
-					if fig.Failures > 0 {
-						b.Errorf("%d cluster failures", fig.Failures)
-					}
+					checkFailures(b, fig.Failures, fig.FailureNotes)
 				}
 			})
 		}

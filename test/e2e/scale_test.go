@@ -132,8 +132,9 @@ type engine interface {
 	// register brings one more cluster in; its controller starts on its
 	// own.
 	register(nc *config.NamedConfig) error
-	// failures logs what went wrong so far and counts it.
-	failures(tb testing.TB) int
+	// failures counts what went wrong so far, with a line per cluster
+	// that failed.
+	failures() (n int, notes []string)
 	stop() error
 }
 
@@ -178,15 +179,14 @@ func startMCCR(tb testing.TB, host *rest.Config, ns string, w controllerWork) *m
 
 func (e *mccrEngine) register(nc *config.NamedConfig) error { return e.srv.Add(nc) }
 
-func (e *mccrEngine) failures(tb testing.TB) int {
-	n := 0
+func (e *mccrEngine) failures() (n int, notes []string) {
 	for _, st := range e.srv.Statuses() {
 		if st.Failures > 0 {
 			n += st.Failures
-			tb.Logf("%s failed %d times: %v", st.Name, st.Failures, st.LastError)
+			notes = append(notes, fmt.Sprintf("%s failed %d times: %v", st.Name, st.Failures, st.LastError))
 		}
 	}
-	return n
+	return n, notes
 }
 
 func (e *mccrEngine) stop() error { return e.stopFunc() }
@@ -238,13 +238,21 @@ func (e *plainEngine) register(nc *config.NamedConfig) error {
 	return nil
 }
 
-func (e *plainEngine) failures(tb testing.TB) int {
+func (e *plainEngine) failures() (n int, notes []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, err := range e.errs {
-		tb.Log(err)
+		notes = append(notes, err.Error())
 	}
-	return len(e.errs)
+	return len(e.errs), notes
+}
+
+// checkFailures fails tb if an engine's clusters failed, saying how.
+func checkFailures(tb testing.TB, n int, notes []string) {
+	tb.Helper()
+	if n > 0 {
+		tb.Errorf("%d cluster failures: %s", n, strings.Join(notes, "; "))
+	}
 }
 
 func (e *plainEngine) stop() error {
@@ -305,7 +313,8 @@ type scaleFigures struct {
 	Goroutines         float64       // per cluster
 	FirstP50, FirstP99 time.Duration // register → first Reconcile of the More clusters
 	MoreMiB            float64       // RSS growth per 100 clusters, from the More clusters
-	Failures           int
+	Failures           int           // of the engine's clusters
+	FailureNotes       []string      // what failed, a line per cluster
 }
 
 // scaleKubeconfigs returns one kubeconfig file for each of the run's
@@ -400,7 +409,7 @@ func measureScale(tb testing.TB, s scale, host *rest.Config, ns string, configs 
 		grown := readings(tb, label+"-more")
 		fig.MoreMiB = float64(grown.rssKiB-idle.rssKiB) / 1024 / float64(s.More) * 100
 	}
-	fig.Failures = e.failures(tb)
+	fig.Failures, fig.FailureNotes = e.failures()
 	return fig
 }
 
@@ -541,9 +550,7 @@ func TestFleetOfDistinctEndpoints(t *testing.T) {
 	}
 	kubeconfigs := scaleKubeconfigs(t, s)
 	fig := runScale(t, s, ns, kubeconfigs)
-	if fig.Failures > 0 {
-		t.Errorf("%d cluster failures", fig.Failures)
-	}
+	checkFailures(t, fig.Failures, fig.FailureNotes)
 	t.Logf("figure: per idle cluster behind its own endpoint: %.1f goroutines, %.0f KiB heap, %.0f KiB RSS; %d clusters reconciled in %s",
 		fig.Goroutines, fig.HeapKiB, fig.RSSKiB, s.Clusters, fig.AllReconciled.Round(time.Millisecond))
 	if fig.Goroutines > maxGoroutines {
