@@ -65,14 +65,21 @@ const argoCDManagedByAnnotation = "managed-by"
 
 // argoCDDataKeys are the data keys the watcher reads; the cache keeps only
 // these.
-var argoCDDataKeys = []string{argoCDNameKey, argoCDServerKey, argoCDConfigKey, argoCDProjectKey, argoCDShardKey}
+var argoCDDataKeys = []string{argoCDNameKey, argoCDServerKey, argoCDConfigKey, argoCDProjectKey, argoCDShardKey, argoCDNamespacesKey, argoCDClusterResourcesKey}
 
 // argoCDClaim reads one Argo CD cluster Secret into c. It returns nil for
 // a Secret whose deletion has started when ArgoCDDeleteOnDeletionStart is
-// set: it claims no cluster any more, so its cluster leaves.
+// set, and for one annotated ArgoCDSkipReconcileAnnotation: it claims no
+// cluster any more, so its cluster leaves.
 func (w *SecretWatcher) argoCDClaim(s *corev1.Secret, c *claim) *claim {
 	deleting := s.DeletionTimestamp != nil
 	if deleting && w.opts.ArgoCDDeleteOnDeletionStart {
+		return nil
+	}
+	if argoCDSkipped(s) {
+		if name := w.claims[c.ref]; name != "" {
+			w.log.Info("cluster Secret annotated "+ArgoCDSkipReconcileAnnotation+": its cluster leaves until the annotation goes", "cluster", name, "source", "Secret "+c.ref)
+		}
 		return nil
 	}
 	// Argo CD keeps serving a cluster whose Secret waits for finalizers;
@@ -84,7 +91,11 @@ func (w *SecretWatcher) argoCDClaim(s *corev1.Secret, c *claim) *claim {
 	}
 	var cfg *rest.Config
 	var err error
+	var scope config.Scope
 	c.name, cfg, err = argoCDConfig(s.Data, w.opts.AllowAuthPlugins, inCluster)
+	if err == nil {
+		scope, err = argoCDScope(c.name, s.Data)
+	}
 	if err != nil {
 		c.err = fmt.Errorf("configwatcher: Secret %s: %w", c.ref, err)
 		return c
@@ -94,6 +105,7 @@ func (w *SecretWatcher) argoCDClaim(s *corev1.Secret, c *claim) *claim {
 		Config:     cfg,
 		Source:     config.Source{Object: "Secret " + c.ref},
 		Properties: argoCDProperties(s),
+		Scope:      scope,
 	}
 	return c
 }

@@ -32,7 +32,8 @@ type argoEnv struct {
 }
 
 // TestSecretWatcherArgoCD runs the Argo CD tests that need the cluster
-// Argo CD runs in: in-cluster Secrets, deletion, Properties.
+// Argo CD runs in: in-cluster Secrets, deletion, Properties, namespaced
+// clusters (secret_argocd_scope_server_test.go), skip-reconcile.
 func TestSecretWatcherArgoCD(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
 	f := test.NewFleet(t, test.Options{}, "argo-host")
@@ -52,6 +53,10 @@ func TestSecretWatcherArgoCD(t *testing.T) {
 	t.Run("DeletionStart", e.testDeletionStart)
 	t.Run("Properties", e.testProperties)
 	t.Run("PropertiesThroughServer", e.testPropertiesThroughServer)
+	t.Run("Namespaced", e.testNamespaced)
+	t.Run("NamespacedClusterResources", e.testNamespacedClusterResources)
+	t.Run("HostileNamespaces", e.testHostileNamespaces)
+	t.Run("SkipReconcile", e.testSkipReconcile)
 }
 
 // argoSecretName is the name Argo CD gives the Secret of a cluster it

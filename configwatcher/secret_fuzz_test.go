@@ -2,8 +2,11 @@ package configwatcher
 
 import (
 	"encoding/json"
+	"errors"
+	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -89,6 +92,16 @@ func FuzzArgoCDSecret(f *testing.F) {
 	f.Add([]byte("in-cluster"), []byte(ArgoCDInClusterServer), []byte(`{"tlsClientConfig":{"insecure":false}}`), []byte(""), false)
 	f.Add([]byte("in-cluster"), []byte(ArgoCDInClusterServer+"/"), []byte(`{"bearerToken":"`+fuzzcheck.Token+`","execProviderConfig":{"command":"x"}}`), []byte(""), false)
 	f.Add([]byte("in-cluster"), []byte(ArgoCDInClusterServer), []byte(""), []byte(""), false)
+	// "namespaces" as `argocd cluster add --namespace` writes it, and as
+	// nobody should: empty entries, spaces, duplicates, a wildcard,
+	// uppercase, odd bytes, a name too long, thousands of entries.
+	token := []byte(`{"bearerToken":"` + fuzzcheck.Token + `"}`)
+	for _, ns := range []string{
+		"team-a,team-b", " b , a ,, a ,", ",,,", "*", "Team-A", "a\x00b", "a,\xff\xfe,\u202e", strings.Repeat("a", 64),
+		strings.Repeat("ns,", 10000), strings.Repeat("a-", 5000),
+	} {
+		f.Add([]byte("east"), []byte("https://127.0.0.1:6443"), token, []byte(ns), false)
+	}
 	f.Fuzz(func(t *testing.T, name, server, cfg, namespaces []byte, allowPlugins bool) {
 		w := secretWatcherFor(t, allowPlugins, ArgoCDFormat())
 		s := &corev1.Secret{
@@ -110,7 +123,40 @@ func FuzzArgoCDSecret(f *testing.F) {
 		l.url(strings.TrimSpace(string(server)))
 		l.argoCD(cfg)
 		claimSecret(t, w, s, l)
+		checkArgoCDScope(t, namespaces)
 	})
+}
+
+// checkArgoCDScope checks what argoCDScope makes of a "namespaces" value
+// (given as clusterResources too): a valid scope of the value's entries,
+// sorted and without duplicates, or a brief error that says why.
+func checkArgoCDScope(t *testing.T, namespaces []byte) {
+	t.Helper()
+	scope, err := argoCDScope("east", map[string][]byte{argoCDNamespacesKey: namespaces, argoCDClusterResourcesKey: namespaces})
+	if err != nil {
+		if !errors.Is(err, ErrSecretInvalid) || !errors.Is(err, config.ErrInvalidScope) {
+			t.Fatalf("scope error wraps neither ErrSecretInvalid nor config.ErrInvalidScope: %v", err)
+		}
+		if len(err.Error()) > 600 || !utf8.ValidString(err.Error()) || strings.ContainsAny(err.Error(), "\n\x00") {
+			t.Fatalf("scope error is long or carries odd bytes: %q", err)
+		}
+		return
+	}
+	if err := scope.Validate(); err != nil {
+		t.Fatalf("scope %v accepted that does not validate: %v", scope, err)
+	}
+	if !slices.IsSorted(scope.Namespaces) || len(slices.Compact(slices.Clone(scope.Namespaces))) != len(scope.Namespaces) {
+		t.Fatalf("scope namespaces %q not sorted and unique", scope.Namespaces)
+	}
+	for _, ns := range scope.Namespaces {
+		if !slices.Contains(strings.Split(string(namespaces), ","), ns) && !strings.Contains(string(namespaces), ns) {
+			t.Fatalf("scope namespace %q is not in %q", ns, namespaces)
+		}
+	}
+	if want := string(namespaces) == "true"; scope.ClusterResources != want {
+		t.Fatalf("clusterResources %q read as %v", namespaces, scope.ClusterResources)
+	}
+	_ = scope.String()
 }
 
 // argoCD adds what an Argo CD cluster config holds, as far as it decodes.
