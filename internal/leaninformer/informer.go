@@ -64,6 +64,7 @@ func newInformer(lw toolscache.ListerWatcher, example runtime.Object, resync tim
 		resyncCheck:   resync,
 		defaultResync: resync,
 		clock:         clk,
+		pool:          pumps,
 		synced:        make(chan struct{}),
 		released:      make(chan struct{}),
 		onWatchError:  toolscache.DefaultWatchErrorHandler,
@@ -89,6 +90,7 @@ type Informer struct {
 	indexer       toolscache.Indexer
 	defaultResync time.Duration
 	clock         clock.Clock
+	pool          *pool         // where its pump comes from
 	runner        *Runner       // set for an informer that runs detached
 	synced        chan struct{} // closed once the store holds the first list
 	released      chan struct{} // closed once its pump has let it go, after it stopped

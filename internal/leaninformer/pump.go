@@ -24,44 +24,48 @@ const eventBatch = 32
 
 // pumps are the pumps running in the process, each with room for
 // pumpCapacity informers.
-var pumps pool
+var pumps = &pool{capacity: pumpCapacity}
 
+// pool is a set of pumps (tests make pools of their own).
 type pool struct {
+	capacity int
+
 	mu    sync.Mutex
 	pumps []*pump
 }
 
-// assign hands a started informer to a pump with room, starting one if
-// none has any.
+// assign hands a started informer to a pump of its pool with room,
+// starting one if none has any.
 func assign(i *Informer) {
-	pumps.mu.Lock()
+	pl := i.pool
+	pl.mu.Lock()
 	var p *pump
-	for _, q := range pumps.pumps {
-		if q.assigned < pumpCapacity {
+	for _, q := range pl.pumps {
+		if q.assigned < pl.capacity {
 			p = q
 			break
 		}
 	}
 	if p == nil {
-		p = &pump{wake: make(chan struct{}, 1), informers: map[*Informer]struct{}{}, dirty: true}
-		pumps.pumps = append(pumps.pumps, p)
+		p = &pump{pool: pl, wake: make(chan struct{}, 1), informers: map[*Informer]struct{}{}, dirty: true}
+		pl.pumps = append(pl.pumps, p)
 		go p.loop()
 	}
 	p.assigned++
 	i.run.pump = p
-	pumps.mu.Unlock()
+	pl.mu.Unlock()
 	p.post(message{kind: msgStart, informer: i})
 }
 
 // retire ends p if no informer is assigned to it, and reports whether it
 // did: an informer assigned meanwhile has its start message on its way.
 func (p *pump) retire() bool {
-	pumps.mu.Lock()
-	defer pumps.mu.Unlock()
+	p.pool.mu.Lock()
+	defer p.pool.mu.Unlock()
 	if p.assigned > 0 {
 		return false
 	}
-	pumps.pumps = slices.DeleteFunc(pumps.pumps, func(q *pump) bool { return q == p })
+	p.pool.pumps = slices.DeleteFunc(p.pool.pumps, func(q *pump) bool { return q == p })
 	return true
 }
 
@@ -69,9 +73,9 @@ func (p *pump) retire() bool {
 func (p *pump) release(i *Informer) {
 	delete(p.informers, i)
 	p.dirty = true
-	pumps.mu.Lock()
+	p.pool.mu.Lock()
 	p.assigned--
-	pumps.mu.Unlock()
+	p.pool.mu.Unlock()
 	close(i.released)
 }
 
@@ -84,8 +88,9 @@ func (p *pump) release(i *Informer) {
 //
 // A pump ends once it has no informer left.
 type pump struct {
+	pool *pool
 	// assigned counts the informers handed to the pump and not yet
-	// released; guarded by pumps.mu.
+	// released; guarded by pool.mu.
 	assigned int
 
 	mu    sync.Mutex
