@@ -59,8 +59,12 @@ var (
 // a change that does not alter the config (an annotation, say) is none.
 // In the Argo CD format, "project", "shard", labels and annotations are
 // Properties (see ArgoCDProjectProperty): a change to them is an Updated
-// event that a Server takes without restarting the member. A Secret whose
-// server is ArgoCDInClusterServer is the host itself (see
+// event that a Server takes without restarting the member. "namespaces"
+// and "clusterResources" are the config's Scope: the member watches those
+// namespaces only, and cluster-scoped kinds only with clusterResources
+// "true" (see config.Scope); a change of them restarts the member. A
+// Secret annotated ArgoCDSkipReconcileAnnotation claims no cluster. A
+// Secret whose server is ArgoCDInClusterServer is the host itself (see
 // DisableArgoCDInCluster).
 // Removing the Secret, or its label, is what removes a cluster.
 //
