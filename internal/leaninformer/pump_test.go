@@ -181,12 +181,12 @@ func TestRelistOnExpired(t *testing.T) {
 	want := srv.snapshot()
 	waitFor(t, 5*time.Second, "the store to match the server", func() bool { return maps.Equal(storeRVs(inf), want) })
 	waitFor(t, 5*time.Second, "the handler to match the server", func() bool { return rec.matches(want) })
-	lists, watches := srv.requests()
+	lists, _ := srv.requests()
 	if wantLists := []string{"0", last, ""}; !slices.Equal(lists, wantLists) {
 		t.Errorf("lists from %q, want %q", lists, wantLists)
 	}
 	waitFor(t, 5*time.Second, "a watch after the relist", func() bool { _, w := srv.requests(); return len(w) == 2 })
-	_, watches = srv.requests()
+	_, watches := srv.requests()
 	if got, want := watches[1], strconv.Itoa(srv.rv); got != want {
 		t.Errorf("watched after the relist from %q, want the list's %q", got, want)
 	}
@@ -462,9 +462,9 @@ func TestPumpChurn(t *testing.T) {
 	var runners []*Runner
 	var blockingStops []func()
 	var wg sync.WaitGroup
-	for g := range 4 {
+	for g := range uint64(4) {
 		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(seed, uint64(g+1)))
+			rng := rand.New(rand.NewPCG(seed, g+1))
 			r := NewRunner(context.Background())
 			mu.Lock()
 			runners = append(runners, r)
