@@ -22,6 +22,7 @@ import (
 	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
 
 	mccrconfig "github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/internal/fakeapi"
 	"github.com/mccr-dev/mccr/test"
 )
 
@@ -343,5 +344,83 @@ func TestUnservedForbiddenKind(t *testing.T) {
 	}
 	if slices.ContainsFunc(got, func(k UnservedKind) bool { return strings.Contains(k.Reason, "scope") }) {
 		t.Error("a member of the whole cluster reports a scope")
+	}
+}
+
+// scopedFakeMember is a member of the fake API server scoped to namespace
+// "a", its ConfigMap informer synced; and the plain informer cache its
+// reads end in.
+func scopedFakeMember(tb testing.TB) (*Manager, cache.Cache) {
+	tb.Helper()
+	s := fakeapi.New()
+	s.Seed(configMap("a", "x"), configMap("b", "y"))
+	s.Start()
+	tb.Cleanup(s.Close)
+	lifetime, end := context.WithCancel(context.Background())
+	tb.Cleanup(end)
+	m, err := Build(s.Config(), BuildOptions{Lifetime: lifetime, Scope: mccrconfig.Scope{Namespaces: []string{"a"}}, ScopeSource: "Secret argocd/x"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Start(ctx) }()
+	tb.Cleanup(func() {
+		cancel()
+		<-done
+		<-m.Stopped()
+		m.GetHTTPClient().CloseIdleConnections()
+	})
+	if err := m.GetCache().Get(context.Background(), keyX, &corev1.ConfigMap{}); err != nil {
+		tb.Fatal(err)
+	}
+	scoped, ok := m.GetCache().(*syncNotifyingCache).Cache.(*scopedReads)
+	if !ok {
+		tb.Fatalf("the scoped member's cache is a %T", m.GetCache().(*syncNotifyingCache).Cache)
+	}
+	return m, scoped.scopeCache.Cache
+}
+
+// TestScopedReadAllocs: a read of a scoped member costs no allocation more
+// than the plain informer cache's (a cached Get is the fleet's hot path).
+func TestScopedReadAllocs(t *testing.T) {
+	leakCheck(t)
+	m, plain := scopedFakeMember(t)
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{}
+	get := func(c client.Reader) func() {
+		return func() {
+			if err := c.Get(ctx, keyX, cm); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	want := testing.AllocsPerRun(200, get(plain))
+	if got := testing.AllocsPerRun(200, get(m.GetCache())); got > want {
+		t.Errorf("a scoped Get allocates %v times, the plain cache %v", got, want)
+	}
+	if err := m.GetCache().Get(ctx, client.ObjectKey{Namespace: "b", Name: "y"}, cm); !errors.Is(err, ErrOutOfScope) {
+		t.Errorf("Get outside the scope = %v, want ErrOutOfScope", err)
+	}
+}
+
+// BenchmarkScopedGet compares a cached Get of a scoped member with one of
+// the plain informer cache underneath.
+func BenchmarkScopedGet(b *testing.B) {
+	m, plain := scopedFakeMember(b)
+	ctx := context.Background()
+	for _, bc := range []struct {
+		name string
+		c    client.Reader
+	}{{"plain", plain}, {"scoped", m.GetCache()}} {
+		b.Run(bc.name, func(b *testing.B) {
+			cm := &corev1.ConfigMap{}
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := bc.c.Get(ctx, keyX, cm); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
