@@ -19,7 +19,7 @@ import (
 // kind through the member's client while it is handed the initial list, as
 // a map function or a predicate may. The read waits for the informer to
 // sync, which it has once its store holds the list, with either kind of
-// informer (leaninformer hands the list over in the reflector's goroutine).
+// informer (leaninformer hands the list over in the goroutine that lists).
 func TestHandlerReadsItsKindBeforeSync(t *testing.T) {
 	for _, clientGo := range []bool{true, false} {
 		t.Run(fmt.Sprintf("ClientGoInformers=%v", clientGo), func(t *testing.T) {
