@@ -18,11 +18,13 @@ import (
 // fail on every member into a failing readiness check.
 var ErrSetupFailed = errors.New("reconciler setup failed")
 
-// ErrOutOfScope is wrapped by the errors of reads a member does not serve
-// because its scope (config.NamedConfig.Scope: some namespaces, with or
-// without cluster-scoped kinds) leaves them out: a Get or List of a
+// ErrOutOfScope is wrapped by the errors of cached reads a member does not
+// serve because its scope (config.NamedConfig.Scope: some namespaces, with
+// or without cluster-scoped kinds) leaves them out: a Get or List of a
 // cluster-scoped kind without cluster resources, or in a namespace outside
-// the scope. Nothing was sent to the cluster. It is also wrapped by
+// the scope. Nothing was sent to the cluster. (Uncached reads and writes
+// go to the cluster, whose RBAC answers them.) A fleet-wide List of such a
+// kind fails with it unless it asks for client.Partial results. It is also wrapped by
 // ClusterStatus.LastError when the cache options given to NewServer watch
 // no namespace of a member's scope (DefaultNamespaces, or a ByObject
 // entry's namespaces): that member does not start.
