@@ -9,6 +9,8 @@ import (
 	"io"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/mccr-dev/mccr/internal/credential"
 )
 
 // NamedConfig is one cluster of the fleet: its name, how to reach it, and
@@ -134,7 +136,7 @@ func (c *NamedConfig) Redacted() string {
 // change even though *rest.Config values (with their func fields) never
 // compare equal by pointer or reflect.DeepEqual.
 func (c *NamedConfig) Fingerprint() string {
-	return c.fingerprint(true)
+	return c.fingerprint(true, true)
 }
 
 // ReachFingerprint returns a digest of what decides how the cluster is
@@ -147,14 +149,35 @@ func (c *NamedConfig) Fingerprint() string {
 // whether they are set counts. The digest is one-way: it does not reveal the
 // credentials it covers.
 func (c *NamedConfig) ReachFingerprint() string {
-	return c.fingerprint(false)
+	return c.fingerprint(false, true)
 }
 
-func (c *NamedConfig) fingerprint(properties bool) string {
+// ConnectionFingerprint returns a digest of what decides how the cluster
+// is reached apart from the credentials a running member takes in place:
+// ReachFingerprint without a bearer token, token file, username and
+// password — unless an exec plugin or an auth provider is set, which
+// supply credentials of their own, and then these count too. Two configs
+// of one name with the same ConnectionFingerprint and different
+// ReachFingerprints differ in those credentials alone (a rotated token): a
+// Server swaps them into the running member instead of restarting it.
+func (c *NamedConfig) ConnectionFingerprint() string {
+	return c.fingerprint(false, false)
+}
+
+// fingerprint digests the config; without properties, its Properties are
+// left out, and without credentials, the credentials a running member
+// takes in place (see ConnectionFingerprint).
+func (c *NamedConfig) fingerprint(properties, credentials bool) string {
 	h := sha256.New()
 	writeJSON(h, c.Name)
 	if c.Config != nil {
-		writeJSON(h, fingerprintFields(c.Config))
+		cfg := c.Config
+		if !credentials && credential.Holdable(cfg) {
+			cfg = &rest.Config{}
+			*cfg = *c.Config // a shallow copy: only its fields are read
+			cfg.BearerToken, cfg.BearerTokenFile, cfg.Username, cfg.Password = "", "", "", ""
+		}
+		writeJSON(h, fingerprintFields(cfg))
 	}
 	// The whole cluster adds nothing: digests stay what they were.
 	if scope := c.Scope.fingerprint(); scope != nil {

@@ -65,14 +65,25 @@ func newCluster(name string, e *env, reg *registry) *cluster {
 // left the registry meanwhile.
 var errDead = fmt.Errorf("cluster record retired")
 
-// fingerprints are a desired config's digests: all of it, and what decides
+// fingerprints are a desired config's digests: all of it, what decides
 // how the cluster is reached (a change to the rest, its Properties, needs
-// no new Manager).
-type fingerprints struct{ all, reach string }
+// no new Manager), and that without the credentials a running member
+// takes in place (a change to those alone needs no new Manager either).
+type fingerprints struct{ all, reach, conn string }
 
 func fingerprintsOf(nc *config.NamedConfig) fingerprints {
-	return fingerprints{all: nc.Fingerprint(), reach: nc.ReachFingerprint()}
+	return fingerprints{all: nc.Fingerprint(), reach: nc.ReachFingerprint(), conn: nc.ConnectionFingerprint()}
 }
+
+// updated says what an Update did.
+type updated int
+
+const (
+	updatedNothing     updated = iota // the same config again
+	updatedProperties                 // Properties alone: the member runs on
+	updatedCredentials                // credentials alone, swapped into the running member
+	updatedRestart                    // the member restarts on the new config
+)
 
 // describeLocked sets what the status tells of the desired config.
 func (c *cluster) describeLocked(nc *config.NamedConfig) {
@@ -113,25 +124,35 @@ func (c *cluster) add(nc *config.NamedConfig, fp fingerprints) error {
 }
 
 // update replaces the desired config. When the cluster is reached
-// differently it stops the generation running the old config (restart is
-// true); the returned channel closes once it has stopped (nil when nothing
-// runs). The next generation starts from ensureLocked when it has. A change
-// of Properties alone keeps the running generation.
-func (c *cluster) update(nc *config.NamedConfig, fp fingerprints) (stopped <-chan struct{}, restart bool, err error) {
+// differently it stops the generation running the old config
+// (updatedRestart); the returned channel closes once it has stopped (nil
+// when nothing runs). The next generation starts from ensureLocked when it
+// has. A change of Properties alone keeps the running generation, and so
+// does a change of credentials alone (a rotated token, the connection
+// otherwise the same): the generation takes them in place, its Manager,
+// caches and watches untouched (see swapLocked).
+func (c *cluster) update(nc *config.NamedConfig, fp fingerprints) (stopped <-chan struct{}, how updated, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.knownLocked(); err != nil || c.fp.all == fp.all {
-		return nil, false, err
+		return nil, updatedNothing, err
 	}
-	restart = c.fp.reach != fp.reach
+	how = updatedProperties
+	switch {
+	case c.fp.reach == fp.reach:
+	case c.fp.conn == fp.conn && c.swapLocked(nc):
+		how = updatedCredentials
+	default:
+		how = updatedRestart
+	}
 	c.desired, c.fp = nc, fp
 	c.describeLocked(nc)
-	if !restart {
-		return nil, false, nil
+	if how != updatedRestart {
+		return nil, how, nil
 	}
 	if c.gen == nil {
 		c.ensureLocked()
-		return nil, true, nil
+		return nil, how, nil
 	}
 	// Calls aimed at the cluster stop reaching the old Manager first, so
 	// that those waiting on it end with ErrClusterNotReady.
@@ -140,7 +161,20 @@ func (c *cluster) update(nc *config.NamedConfig, fp fingerprints) (stopped <-cha
 	}
 	c.gen.stop()
 	c.setPhaseLocked(c.gen, PhaseStopping, nil)
-	return c.gen.done, true, nil
+	return c.gen.done, how, nil
+}
+
+// swapLocked gives the live generation the credentials of nc, whose
+// connection is otherwise the one it runs on; false when it cannot take
+// them, and must restart: none runs, or it stops, or it failed and waits
+// to retry (restarting it now starts on the new credentials at once,
+// instead of after its backoff), or its credentials come from an exec
+// plugin or auth provider, or client-go would refuse the new ones.
+func (c *cluster) swapLocked(nc *config.NamedConfig) bool {
+	if c.gen == nil || c.gen.stopping() || c.status.Phase == PhaseFailed {
+		return false
+	}
+	return c.gen.creds.Set(nc.Config) == nil
 }
 
 // remove forgets the desired config and stops the live generation; the

@@ -18,6 +18,7 @@ import (
 
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/internal/conntrack"
+	"github.com/mccr-dev/mccr/internal/credential"
 	"github.com/mccr-dev/mccr/internal/leanmapper"
 	membermgr "github.com/mccr-dev/mccr/internal/member"
 	"github.com/mccr-dev/mccr/internal/reach"
@@ -34,6 +35,10 @@ type generation struct {
 	cfg  *config.NamedConfig
 	log  logr.Logger
 	done chan struct{} // closed once its last Manager has stopped
+	// creds holds the credentials its attempts send (nil when an exec
+	// plugin or auth provider supplies them): cfg's at first, an Update's
+	// that changes them alone from then on (cluster.swapLocked).
+	creds *credential.Holder
 
 	lateMu sync.Mutex
 	late   *lateSetups    // the running attempt's, told when setups are added
@@ -47,7 +52,7 @@ type generation struct {
 }
 
 func newGeneration(c *cluster, nc *config.NamedConfig) *generation {
-	return &generation{c: c, cfg: nc, log: c.log, done: make(chan struct{})}
+	return &generation{c: c, cfg: nc, log: c.log, done: make(chan struct{}), creds: credential.New(nc.Config)}
 }
 
 // begin derives the generation's context; called once, before run.
@@ -172,6 +177,11 @@ func (g *generation) attempt() (wasReady bool, err error) {
 	}
 	defer lease.Release()
 	cfg := lease.Config
+	// Every client of the attempt, its Check and probes included, sends
+	// the generation's credentials of the moment.
+	if err := g.creds.Install(cfg); err != nil {
+		return false, err
+	}
 	limitRate(cfg, e.opts)
 	actx, cancel := context.WithCancel(g.ctx)
 	defer cancel()
@@ -335,6 +345,7 @@ func (g *generation) build(lease *conntrack.Lease, end *stopper, mon *reach.Moni
 		CompressWatches:   g.c.env.opts.CompressWatches,
 		ClientGoInformers: g.c.env.opts.ClientGoInformers,
 		Reach:             mon,
+		Credentials:       g.creds,
 		Scope:             g.cfg.Scope,
 		ScopeSource:       g.cfg.Source.String(),
 		Options: membermgr.Options{

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"time"
 
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/internal/reach"
@@ -21,7 +22,18 @@ func (e *env) reachOptions() reach.Options {
 		OutageInterval: e.opts.OutageProbeInterval,
 		Timeout:        e.opts.ReachProbeTimeout,
 		Limit:          e.opts.probes,
+		RefreshGrace:   refreshGrace(e.opts),
 	}
+}
+
+// refreshGrace is how long a running member's credentials may stay
+// refused before it fails: one ReachProbeInterval (one more periodic probe
+// than the one that found them refused), at least OutageProbeInterval.
+// Time for a rotation that revoked the old credentials first to deliver
+// the new ones (an Update, an exec plugin's next answer, a token file
+// rewritten).
+func refreshGrace(o Options) time.Duration {
+	return max(o.ReachProbeInterval, o.OutageProbeInterval)
 }
 
 // reachObserver hears one attempt's Monitor.
@@ -55,6 +67,19 @@ func (o reachObserver) Reconnected() {
 // Rejected credentials fail the member: its Manager could only ever see
 // stale data.
 func (o reachObserver) Rejected(err error) { o.end.stop(err) }
+
+// Refused credentials are recorded; the member runs on while they may be
+// renewed (reach.Options.RefreshGrace).
+func (o reachObserver) Refused(err error) {
+	err = config.RedactError(err)
+	o.g.c.recordError(o.g, err)
+	o.g.log.Error(err, "cluster's credentials refused; waiting for new ones before failing it", "within", refreshGrace(o.g.c.env.opts))
+}
+
+// Accepted: the credentials were renewed in place.
+func (o reachObserver) Accepted() {
+	o.g.log.Info("cluster's credentials accepted again; no restart")
+}
 
 // WatchFailed is recorded while the informers retry by themselves; a 403
 // is one kind the identity may not read (a missing RBAC rule), and the

@@ -202,10 +202,14 @@ func (s *Server) add(nc *config.NamedConfig) error {
 // changed one stops that member's Manager and starts a new one with the new
 // config, leaving every other member alone. A config that differs only in
 // its Properties (config.NamedConfig.ReachFingerprint unchanged) keeps the
-// running Manager and takes the new Properties at once. Update returns once the old
-// Manager has stopped (or with ErrStopTimeout after Options.StopTimeout;
-// the new Manager starts only once the old one has stopped, whenever that
-// is).
+// running Manager and takes the new Properties at once; one that differs
+// only in its bearer token, token file or username and password
+// (config.NamedConfig.ConnectionFingerprint unchanged, no exec plugin)
+// keeps it too, and its requests carry the new credentials from then on
+// (a member that failed and waits to retry restarts on them at once).
+// Update returns once the old Manager has stopped (or with ErrStopTimeout
+// after Options.StopTimeout; the new Manager starts only once the old one
+// has stopped, whenever that is).
 func (s *Server) Update(nc *config.NamedConfig) error {
 	if err := validate(nc); err != nil {
 		return err
@@ -224,15 +228,17 @@ func (s *Server) update(nc *config.NamedConfig) (<-chan struct{}, error) {
 		if c == nil {
 			return nil, fmt.Errorf("cluster %q: %w", nc.Name, ErrClusterNotFound)
 		}
-		stopped, restart, err := c.update(nc, fp)
+		stopped, how, err := c.update(nc, fp)
 		if errors.Is(err, errDead) {
 			continue
 		}
 		switch {
 		case err != nil:
-		case restart:
+		case how == updatedRestart:
 			s.log.Info("cluster updated; restarting it", "cluster", nc.Name, "source", nc.Source.String())
-		default:
+		case how == updatedCredentials:
+			s.log.Info("cluster credentials updated; member keeps running on the new ones", "cluster", nc.Name, "source", nc.Source.String())
+		case how == updatedProperties:
 			s.log.Info("cluster properties updated; member keeps running", "cluster", nc.Name, "source", nc.Source.String())
 		}
 		return stopped, err

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/conversion"
 
 	mccrconfig "github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/internal/credential"
 	"github.com/mccr-dev/mccr/internal/leaninformer"
 	"github.com/mccr-dev/mccr/internal/reach"
 	"github.com/mccr-dev/mccr/internal/syncinformer"
@@ -160,6 +161,8 @@ type Manager struct {
 	// writes are the member's writes in flight, which its stop waits for
 	// (bounded by their grace; nil without Build).
 	writes *writesInFlight
+	// creds holds the credentials the member sends (nil: its config's own).
+	creds *credential.Holder
 
 	mu      sync.Mutex
 	pending [groups][]pendingRunnable
@@ -255,6 +258,9 @@ type BuildOptions struct {
 	// WatchError is told every failed list and watch of the member's
 	// informers, after the cache options' own handler.
 	Reach *reach.Monitor
+	// Credentials, when set, holds the credentials cfg's clients send
+	// (Install took them out of cfg); GetConfig names them.
+	Credentials *credential.Holder
 	// Scope is the part of the cluster the member watches (see scope.go);
 	// the zero value is the whole cluster. ScopeSource names where it
 	// came from ("Secret argocd/cluster-x"), for reports.
@@ -322,6 +328,7 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 	m := New(cl, opts.Options)
 	m.waiting = waiting
 	m.writes = writes
+	m.creds = opts.Credentials
 	m.unserved = unserved
 	return m, nil
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/mccr-dev/mccr/client"
+	"github.com/mccr-dev/mccr/internal/credential"
 	"github.com/mccr-dev/mccr/internal/syncinformer"
 	"github.com/mccr-dev/mccr/internal/writegrace"
 )
@@ -33,6 +34,12 @@ const discoveryTimeout = 30 * time.Second
 // shared with other members of the same API server and identity, so it
 // must not die with this one: its requests are bounded by
 // discoveryTimeout instead.
+//
+// With an exec plugin, both send a request refused with 401 once more
+// (credential.RetryRefused): the plugin has renewed the credential by
+// then, and the caller (a reconciler's write, an informer's list or
+// watch, which would relist after a failed watch) gets the answer to the
+// fresh one.
 func httpClients(lifetime context.Context, cfg *rest.Config, compressWatches bool, writes *writesInFlight) (member, mapper *http.Client, err error) {
 	base, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -41,6 +48,9 @@ func httpClients(lifetime context.Context, cfg *rest.Config, compressWatches boo
 	rt := base.Transport
 	if rt == nil { // client-go's http.DefaultClient: no TLS, no wrappers
 		rt = http.DefaultTransport
+	}
+	if credential.Refreshes(cfg) {
+		rt = credential.RetryRefused(rt)
 	}
 	memberRT := rt
 	if !compressWatches {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/internal/credential"
 	"github.com/mccr-dev/mccr/internal/leanmapper"
 )
 
@@ -44,11 +46,21 @@ func Check(ctx context.Context, cfg *rest.Config, timeout time.Duration) ([]byte
 }
 
 // restClient is a client for cfg's API server without a group-version:
-// Check and the probe ask for absolute paths.
+// Check and the probe ask for absolute paths. Like the member's own
+// clients, it sends a request refused with 401 once more after an exec
+// plugin renewed its credential, so that Check and the probe judge the
+// fresh one.
 func restClient(cfg *rest.Config) (*rest.RESTClient, error) {
 	c := rest.CopyConfig(cfg)
 	c.NegotiatedSerializer = serializer.WithoutConversionCodecFactory{CodecFactory: scheme.Codecs}
-	rc, err := rest.UnversionedRESTClientFor(c)
+	hc, err := rest.HTTPClientFor(c)
+	if err == nil && credential.Refreshes(c) {
+		hc = &http.Client{Transport: credential.RetryRefused(hc.Transport), Timeout: hc.Timeout}
+	}
+	var rc *rest.RESTClient
+	if err == nil {
+		rc, err = rest.UnversionedRESTClientForConfigAndClient(c, hc)
+	}
 	if err != nil {
 		return nil, config.RedactError(fmt.Errorf("building probe client for %s: %w", config.RedactURL(cfg.Host), err))
 	}

@@ -31,6 +31,10 @@ type Options struct {
 	// Limit bounds the probes in flight, shared by every Monitor of a
 	// fleet (nil: no bound).
 	Limit *Limiter
+	// RefreshGrace is how long a running member's credentials may stay
+	// refused (401) before it is Rejected: time for them to be renewed
+	// (see Observer.Refused).
+	RefreshGrace time.Duration
 }
 
 // Result is one probe's outcome.
@@ -41,6 +45,9 @@ type Result struct {
 	Took time.Duration
 	// Err is nil when the API server answered.
 	Err error
+	// refused says the API server answered a probe refusing the
+	// credentials (401).
+	refused bool
 }
 
 // Observer is told what a Monitor finds. Its methods are called from the
@@ -68,8 +75,22 @@ type Observer interface {
 	// to the load of a server that is slow already. Run goes on.
 	Recovered()
 	// Rejected is told when the API server rejected the member's
-	// credentials: its Manager could only ever see stale data.
+	// credentials for good: its Manager could only ever see stale data.
+	// That is a 403 on discovery (which every user may read), a 401 while
+	// the member starts, or a 401 that lasted RefreshGrace (see Refused).
 	Rejected(err error)
+	// Refused is told when the API server refused the running member's
+	// credentials (401) after whatever renewal they allow on the spot (an
+	// exec plugin run again, a token file read again, a Holder's new
+	// credentials): they were revoked, or expired, and nothing renewed
+	// them yet. The member goes on as it is, its requests refused, and is
+	// probed every OutageInterval; the first probe accepted ends the
+	// refusal (Accepted), a probe refused RefreshGrace after it began makes
+	// it Rejected.
+	Refused(err error)
+	// Accepted is told when a probe was accepted after Refused: the
+	// member's credentials were renewed in place.
+	Accepted()
 	// WatchFailed is told every other failed list or watch of the member's
 	// informers, which retry by themselves.
 	WatchFailed(err error)
@@ -93,6 +114,8 @@ type Monitor struct {
 	// broken says a request or watch got no answer since the API server
 	// last answered a probe.
 	broken atomic.Bool
+	// ref is the state of a refusal of the member's credentials.
+	ref refusal
 }
 
 // New returns a Monitor for the member reached through cfg. It wraps cfg's
@@ -100,7 +123,7 @@ type Monitor struct {
 // member's Manager is to be built from it) reports to the Monitor, and it
 // probes through the same connections.
 func New(cfg *rest.Config, o Options, obs Observer) (*Monitor, error) {
-	m := &Monitor{o: o, obs: obs, host: config.RedactURL(cfg.Host), suspect: make(chan struct{}, 1)}
+	m := &Monitor{o: o, obs: obs, host: config.RedactURL(cfg.Host), suspect: make(chan struct{}, 1), ref: refusal{wake: make(chan struct{}, 1)}}
 	cfg.Wrap(m.transport)
 	rc, err := restClient(cfg)
 	if err != nil {
@@ -114,8 +137,11 @@ func (m *Monitor) transport(rt http.RoundTripper) http.RoundTripper {
 	return &transport{
 		next:    rt,
 		onError: func(error) { m.suspectOutage() },
+		onRefused: func(req *http.Request, code int) {
+			m.refused(rejection(req, code))
+		},
 		onRejected: func(req *http.Request, code int) {
-			m.obs.Rejected(fmt.Errorf("credentials rejected: %s %s answered %d %s", req.Method, req.URL.Path, code, http.StatusText(code)))
+			m.obs.Rejected(rejection(req, code))
 		},
 	}
 }
@@ -136,12 +162,12 @@ func (m *Monitor) Check(ctx context.Context, cfg *rest.Config) ([]byte, error) {
 }
 
 // WatchError sees every failed list or watch of the member's informers
-// (after the user's handler). Lost credentials (401) are Rejected; the
-// rest is WatchFailed, and an error without an answer (a restarting API
-// server, a network blip) makes Run probe soon.
+// (after the user's handler). Refused credentials (401) are a refusal (see
+// Observer.Refused); the rest is WatchFailed, and an error without an
+// answer (a restarting API server, a network blip) makes Run probe soon.
 func (m *Monitor) WatchError(err error) {
 	if apierrors.IsUnauthorized(err) {
-		m.obs.Rejected(fmt.Errorf("credentials rejected: %w", err))
+		m.refused(fmt.Errorf("credentials rejected: %w", err))
 		return
 	}
 	m.obs.WatchFailed(err)
@@ -182,6 +208,9 @@ func (m *Monitor) Run(ctx context.Context) {
 			return
 		}
 		m.obs.Probed(res)
+		if m.judge(res) {
+			return
+		}
 		switch {
 		case res.Err != nil:
 			missed++
@@ -205,7 +234,8 @@ func (m *Monitor) Run(ctx context.Context) {
 }
 
 // wait waits until due (forever if not periodic), or until ctx ends
-// (false). A request without an answer brings due forward.
+// (false). A request without an answer, or refused credentials, bring due
+// forward.
 func (m *Monitor) wait(ctx context.Context, due *time.Time, periodic *bool) bool {
 	t := time.NewTimer(time.Until(*due))
 	defer t.Stop()
@@ -220,17 +250,18 @@ func (m *Monitor) wait(ctx context.Context, due *time.Time, periodic *bool) bool
 		case <-tick:
 			return true
 		case <-m.suspect:
-			if soon := time.Now().Add(m.o.OutageInterval); !*periodic || soon.Before(*due) {
-				*due, *periodic = soon, true
-				t.Reset(time.Until(soon))
-			}
+		case <-m.ref.wake:
+		}
+		if soon := time.Now().Add(m.o.OutageInterval); !*periodic || soon.Before(*due) {
+			*due, *periodic = soon, true
+			t.Reset(time.Until(soon))
 		}
 	}
 }
 
 // next is when to probe next, and whether to at all.
 func (m *Monitor) next(down bool) (time.Time, bool) {
-	if down {
+	if down || m.refusing() {
 		return time.Now().Add(m.o.OutageInterval), true
 	}
 	return time.Now().Add(m.o.Interval), m.o.Interval > 0
@@ -240,7 +271,8 @@ func (m *Monitor) next(down bool) (time.Time, bool) {
 // by every API server, open to every user), within Timeout. Any answer
 // but a server error (5xx, what a proxy or load balancer in front of a
 // dead API server says) counts: a 401 is the API server speaking, and the
-// transport reports it as Rejected. ok is false when ctx ended first.
+// transport reports it as refused credentials. ok is false when ctx ended
+// first.
 func (m *Monitor) probe(ctx context.Context) (res Result, ok bool) {
 	if !m.o.Limit.acquire(ctx) {
 		return Result{}, false
@@ -259,6 +291,7 @@ func (m *Monitor) probe(ctx context.Context) (res Result, ok bool) {
 	switch {
 	case err == nil:
 	case errors.As(err, &status) && status.Status().Code > 0 && status.Status().Code < 500:
+		res.refused = status.Status().Code == http.StatusUnauthorized
 	case pctx.Err() != nil:
 		res.Err = fmt.Errorf("API server %s did not answer within %s: %w", m.host, m.o.Timeout, ErrNoAnswer)
 	default:

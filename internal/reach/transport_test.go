@@ -32,7 +32,8 @@ func TestRejectionReadBeforeStop(t *testing.T) {
 	rt := &transport{
 		next:       srv.Client().Transport,
 		onError:    func(err error) { t.Errorf("connection error: %v", err) },
-		onRejected: func(*http.Request, int) { rejected++; stop() },
+		onRefused:  func(*http.Request, int) { rejected++; stop() },
+		onRejected: func(*http.Request, int) { t.Error("a 401 told as a 403 on discovery") },
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/api/v1/namespaces/a/configmaps", nil)
 	if err != nil {
