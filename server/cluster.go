@@ -347,6 +347,7 @@ func (c *cluster) snapshot() (ClusterStatus, bool) {
 	if m, ok := c.mgr.(interface{ WaitingKinds() []string }); ok {
 		st.WaitingFor = m.WaitingKinds()
 	}
+	st.Unserved = unservedKinds(c.mgr)
 	return st, c.desired != nil
 }
 
