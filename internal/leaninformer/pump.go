@@ -11,11 +11,12 @@ import (
 )
 
 // pumpCapacity is how many informers one pump serves. A pump wakes for
-// every event of any of its informers and hands reflect.Select two cases
-// per informer (its watch and its resync timer), so each wake costs time
-// in proportion to the informers it serves: 64 keeps a wake to some
-// microseconds (BenchmarkPumpEvent) while a fleet of single-kind members
-// pays a sixty-fourth of a goroutine each.
+// every event of any of its informers and hands reflect.Select up to two
+// cases per informer (its watch and its resync timer), so each wake costs
+// time in proportion to the informers it serves (reflect.Select locks
+// every channel it is handed), and a burst on one delays the others by
+// up to a batch each: 64 keeps that small while a fleet of single-kind
+// members pays a sixty-fourth of a goroutine each.
 const pumpCapacity = 64
 
 // eventBatch is how many events of one watch a pump takes in a row when
