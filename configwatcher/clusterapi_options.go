@@ -54,7 +54,8 @@ type ClusterAPIOptions struct {
 	// or auth-provider entries), as some providers' kubeconfigs do (EKS's
 	// aws-iam-authenticator, say). Off by default: whoever can write a
 	// kubeconfig Secret could otherwise run programs in the controller's
-	// process. File references stay refused whatever the options.
+	// process. File references stay refused whatever the options. Set it
+	// with AllowAuthPlugins.
 	AllowAuthPlugins bool
 
 	// Logger receives the watcher's errors and, at V(1), every event.
@@ -63,8 +64,9 @@ type ClusterAPIOptions struct {
 }
 
 // ClusterAPIOption sets ClusterAPIOptions fields. Besides the options
-// below, NewClusterAPIWatcher takes WithLogger and AllowAuthPlugins, the
-// options the FileWatcher takes.
+// below, NewClusterAPIWatcher takes WithLogger and AllowAuthPlugins (see
+// LoggerOption and AuthPluginsOption); the FileWatcher's own options do
+// not compile here.
 type ClusterAPIOption interface {
 	applyToClusterAPI(*ClusterAPIOptions) error
 }
@@ -74,12 +76,6 @@ type clusterAPIOptionFunc func(*ClusterAPIOptions)
 func (f clusterAPIOptionFunc) applyToClusterAPI(o *ClusterAPIOptions) error {
 	f(o)
 	return nil
-}
-
-// applyToClusterAPI lets the options shared by the watchers of this
-// package (WithLogger, AllowAuthPlugins) configure a ClusterAPIWatcher too.
-func (f FileOption) applyToClusterAPI(o *ClusterAPIOptions) error {
-	return f.applyInline("NewClusterAPIWatcher", &o.Logger, &o.AllowAuthPlugins)
 }
 
 // WithClusterAPINamespaces sets ClusterAPIOptions.Namespaces; given more

@@ -486,10 +486,9 @@ func (e *clusterAPIEnv) testV1Beta1(t *testing.T) {
 }
 
 // testOptions: what NewClusterAPIWatcher refuses, before any request.
+// Options of the other watchers do not compile (TestWatcherOptionsCheckedByCompiler).
 func (e *clusterAPIEnv) testOptions(t *testing.T) {
 	for name, opts := range map[string][]configwatcher.ClusterAPIOption{
-		"file references": {configwatcher.AllowFileReferences()},
-		"debounce":        {configwatcher.WithDebounce(time.Second)},
 		"empty namespace": {configwatcher.WithClusterAPINamespaces("a", "")},
 	} {
 		if w, err := configwatcher.NewClusterAPIWatcher(e.host.Config, opts...); err == nil {

@@ -126,7 +126,9 @@ type ClusterProfileOptions struct {
 }
 
 // ClusterProfileOption sets ClusterProfileOptions fields. Besides the
-// options below, NewClusterProfileWatcher takes WithLogger.
+// options below, NewClusterProfileWatcher takes WithLogger (see
+// LoggerOption). AllowAuthPlugins does not compile here: the plugins run
+// are the operator's access providers, never a profile's choice.
 type ClusterProfileOption interface {
 	applyToClusterProfile(*ClusterProfileOptions) error
 }
@@ -136,14 +138,6 @@ type clusterProfileOptionFunc func(*ClusterProfileOptions)
 func (f clusterProfileOptionFunc) applyToClusterProfile(o *ClusterProfileOptions) error {
 	f(o)
 	return nil
-}
-
-// applyToClusterProfile lets WithLogger configure a ClusterProfileWatcher
-// too. A FileOption that sets anything else is refused rather than
-// silently ignored: the exec plugins come from the access providers, and a
-// profile may name no file.
-func (f FileOption) applyToClusterProfile(o *ClusterProfileOptions) error {
-	return f.applyLoggerOnly("NewClusterProfileWatcher", &o.Logger)
 }
 
 // WithAccessProvidersFile sets ClusterProfileOptions.ProvidersFile.

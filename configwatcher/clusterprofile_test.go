@@ -653,9 +653,6 @@ func (e *clusterProfileEnv) testProvidersFile(t *testing.T) {
 	if _, err := configwatcher.NewClusterProfileWatcher(e.host.Config); !errors.Is(err, configwatcher.ErrAccessProvidersInvalid) {
 		t.Errorf("no providers: error %v, want ErrAccessProvidersInvalid", err)
 	}
-	if _, err := configwatcher.NewClusterProfileWatcher(e.host.Config, configwatcher.WithAccessProvidersFile(e.providersFile), configwatcher.AllowAuthPlugins()); err == nil {
-		t.Error("NewClusterProfileWatcher accepted AllowAuthPlugins, which has no meaning for it")
-	}
 	if _, err := configwatcher.NewClusterProfileWatcher(nil, configwatcher.WithAccessProvidersFile(e.providersFile)); err == nil {
 		t.Error("no error for a nil host config")
 	}

@@ -59,37 +59,51 @@ type FileOptions struct {
 	Logger logr.Logger
 }
 
-// FileOption sets FileOptions fields.
-type FileOption func(*FileOptions)
+// FileOption configures a FileWatcher. The options below are
+// FileWatcher's alone; NewFileWatcher also takes WithLogger and
+// AllowAuthPlugins, which other watchers share (see LoggerOption and
+// AuthPluginsOption). Each option's type says which watchers take it, so
+// an option given to a watcher that has no use for it (WithDebounce to
+// NewSecretWatcher, say) does not compile.
+//
+// FileOption used to be a func(*FileOptions). An option of your own
+// written as such a func is now made a FileOption by FileOptionFunc:
+//
+//	configwatcher.FileOptionFunc(func(o *configwatcher.FileOptions) { o.Debounce = time.Second })
+type FileOption interface {
+	applyToFile(*FileOptions) error
+}
+
+// FileOptionFunc is a FileOption that sets FileOptions fields itself.
+type FileOptionFunc func(*FileOptions)
+
+func (f FileOptionFunc) applyToFile(o *FileOptions) error {
+	if f != nil {
+		f(o)
+	}
+	return nil
+}
 
 // WithDebounce sets FileOptions.Debounce.
 func WithDebounce(d time.Duration) FileOption {
-	return func(o *FileOptions) { o.Debounce = d }
+	return FileOptionFunc(func(o *FileOptions) { o.Debounce = d })
 }
 
 // WithLoadOptions loads every file with opts, the options of package
-// config (config.AllowAuthPlugins, config.AllowFileReferences). The two
-// functions below are shorthands for it with the same names.
+// config (config.AllowAuthPlugins, config.AllowFileReferences).
+// AllowAuthPlugins and AllowFileReferences are shorthands for it.
 func WithLoadOptions(opts ...config.LoadOption) FileOption {
-	return func(o *FileOptions) { o.LoadOptions = append(o.LoadOptions, opts...) }
-}
-
-// AllowAuthPlugins is WithLoadOptions(config.AllowAuthPlugins()).
-func AllowAuthPlugins() FileOption {
-	return func(o *FileOptions) { o.AllowAuthPlugins = true }
+	return FileOptionFunc(func(o *FileOptions) { o.LoadOptions = append(o.LoadOptions, opts...) })
 }
 
 // AllowFileReferences is WithLoadOptions(config.AllowFileReferences(roots...)):
 // kubeconfigs (and directory entries that are symlinks) may lead into roots,
 // or anywhere when none are given. Without it they may only lead into the
-// kubeconfig's own directory.
+// kubeconfig's own directory. Only the FileWatcher takes it: a kubeconfig
+// held in an object has no directory of its own, and the other watchers
+// refuse file references whatever the options.
 func AllowFileReferences(roots ...string) FileOption {
 	return WithLoadOptions(config.AllowFileReferences(roots...))
-}
-
-// WithLogger sets FileOptions.Logger.
-func WithLogger(l logr.Logger) FileOption {
-	return func(o *FileOptions) { o.Logger = l }
 }
 
 func (o *FileOptions) applyDefaults() {
@@ -99,6 +113,17 @@ func (o *FileOptions) applyDefaults() {
 	if o.Logger.GetSink() == nil {
 		o.Logger = logr.Discard()
 	}
+}
+
+// newFileOptions applies opts in order over the zero value, then the
+// defaults.
+func newFileOptions(opts []FileOption) (FileOptions, error) {
+	o := FileOptions{}
+	if err := applyOptions(&o, opts, FileOption.applyToFile); err != nil {
+		return o, err
+	}
+	o.applyDefaults()
+	return o, nil
 }
 
 // FileWatcher is a ConfigWatcher over a kubeconfig file or a directory of
@@ -187,13 +212,10 @@ type fileState struct {
 // its clusters: first all of them as Added, then changes. Call Stop to end
 // it.
 func NewFileWatcher(fileOrDir string, opts ...FileOption) (*FileWatcher, error) {
-	o := FileOptions{}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
-		}
+	o, err := newFileOptions(opts)
+	if err != nil {
+		return nil, err
 	}
-	o.applyDefaults()
 
 	root, err := filepath.Abs(fileOrDir)
 	if err != nil {

@@ -261,7 +261,7 @@ func TestHostileNamesThroughServer(t *testing.T) {
 		configwatcher.WithClusterProfileNamespaces(nsCP), configwatcher.WithClusterProfileName(cpName), log))
 	watch(configwatcher.NewClusterAPIWatcher(e.host.Config, configwatcher.WithClusterAPINamespaces(nsCAPI),
 		configwatcher.WithClusterAPIName(capiName), log))
-	watch(configwatcher.NewKubeFedWatcher(e.host.Config, configwatcher.WithKubeFedNamespace(nsKF), configwatcher.WithKubeFedLogger(testr.New(t))))
+	watch(configwatcher.NewKubeFedWatcher(e.host.Config, configwatcher.WithKubeFedNamespace(nsKF), log))
 	test.Run(t, srv)
 
 	for _, name := range want {

@@ -44,7 +44,8 @@ type KubeFedOptions struct {
 }
 
 // KubeFedOption sets KubeFedOptions fields. Besides the options below,
-// NewKubeFedWatcher takes WithLogger, the same option the FileWatcher takes.
+// NewKubeFedWatcher takes WithLogger (see LoggerOption); the other
+// watchers' options do not compile here.
 type KubeFedOption interface {
 	applyToKubeFed(*KubeFedOptions) error
 }
@@ -55,13 +56,6 @@ type kubeFedOptionFunc func(*KubeFedOptions)
 func (f kubeFedOptionFunc) applyToKubeFed(o *KubeFedOptions) error {
 	f(o)
 	return nil
-}
-
-// applyToKubeFed lets the options shared by the watchers of this package
-// (WithLogger) configure a KubeFedWatcher too. A FileOption that sets
-// anything else is refused rather than silently ignored.
-func (f FileOption) applyToKubeFed(o *KubeFedOptions) error {
-	return f.applyLoggerOnly("NewKubeFedWatcher", &o.Logger)
 }
 
 // WithKubeFedNamespace sets KubeFedOptions.Namespace.
@@ -79,9 +73,9 @@ func WithKubeFedErrorDelay(d time.Duration) KubeFedOption {
 	return kubeFedOptionFunc(func(o *KubeFedOptions) { o.ErrorDelay = d })
 }
 
-// WithKubeFedLogger sets KubeFedOptions.Logger.
+// WithKubeFedLogger sets KubeFedOptions.Logger, as WithLogger does.
 //
-// Deprecated: use WithLogger, which sets the logger of either watcher.
+// Deprecated: use WithLogger, which every watcher of this package takes.
 func WithKubeFedLogger(l logr.Logger) KubeFedOption {
 	return WithLogger(l)
 }

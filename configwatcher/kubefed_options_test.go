@@ -1,7 +1,6 @@
 package configwatcher
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -31,10 +30,5 @@ func TestKubeFedOptions(t *testing.T) {
 	}
 	if o.Namespace != DefaultKubeFedNamespace || o.ErrorDelay != DefaultKubeFedErrorDelay || o.Logger.GetSink() != logr.Discard().GetSink() {
 		t.Fatalf("defaults not applied: %+v", o)
-	}
-
-	// A FileWatcher option that means nothing to KubeFed is refused.
-	if _, err := newKubeFedOptions([]KubeFedOption{WithDebounce(time.Second)}); err == nil || !strings.Contains(err.Error(), "does not apply") {
-		t.Fatalf("WithDebounce accepted by the KubeFed watcher: %v", err)
 	}
 }

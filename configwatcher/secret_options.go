@@ -4,8 +4,6 @@ import (
 	"fmt"
 
 	"github.com/go-logr/logr"
-
-	"github.com/mccr-dev/mccr/config"
 )
 
 // SecretFormat says how a SecretWatcher reads a cluster out of a Secret.
@@ -94,7 +92,7 @@ type SecretOptions struct {
 	// kubeconfig users with exec or auth-provider entries, Argo CD's
 	// execProviderConfig and awsAuthConfig. Off by default: whoever can
 	// write a Secret in the namespace could otherwise run programs in the
-	// controller's process.
+	// controller's process. Set it with AllowAuthPlugins.
 	AllowAuthPlugins bool
 
 	// ArgoCDInClusterDisabled refuses, in the Argo CD format, Secrets
@@ -118,8 +116,11 @@ type SecretOptions struct {
 }
 
 // SecretOption sets SecretOptions fields. Besides the options below,
-// NewSecretWatcher takes WithLogger and AllowAuthPlugins, the options the
-// FileWatcher takes.
+// NewSecretWatcher takes WithLogger and AllowAuthPlugins (see LoggerOption
+// and AuthPluginsOption). The FileWatcher's own options (WithDebounce,
+// WithLoadOptions, AllowFileReferences) do not compile here: a kubeconfig
+// held in a Secret has no directory for file references, which stay
+// refused whatever the options.
 type SecretOption interface {
 	applyToSecret(*SecretOptions) error
 }
@@ -128,34 +129,6 @@ type secretOptionFunc func(*SecretOptions)
 
 func (f secretOptionFunc) applyToSecret(o *SecretOptions) error {
 	f(o)
-	return nil
-}
-
-// applyToSecret lets the options shared by the watchers of this package
-// (WithLogger, AllowAuthPlugins) configure a SecretWatcher too.
-func (f FileOption) applyToSecret(o *SecretOptions) error {
-	return f.applyInline("NewSecretWatcher", &o.Logger, &o.AllowAuthPlugins)
-}
-
-// applyInline applies f to what the watchers of kubeconfigs held in
-// objects share with the FileWatcher: the logger and AllowAuthPlugins. A
-// FileWatcher option that sets anything else is refused (ctor names the
-// watcher's constructor) rather than silently ignored: such a kubeconfig
-// has no directory for file references.
-func (f FileOption) applyInline(ctor string, log *logr.Logger, allowPlugins *bool) error {
-	fo := FileOptions{Logger: *log}
-	f(&fo)
-	lo := config.LoadOptions{AllowAuthPlugins: fo.AllowAuthPlugins}
-	for _, opt := range fo.LoadOptions {
-		if opt != nil {
-			opt(&lo)
-		}
-	}
-	if lo.AnyFileReferences || len(lo.FileReferenceRoots) > 0 || fo.Debounce != 0 {
-		return fmt.Errorf("configwatcher: %s: only the FileWatcher options WithLogger, AllowAuthPlugins and WithLoadOptions(config.AllowAuthPlugins()) apply; a kubeconfig held in an object has no directory for file references", ctor)
-	}
-	*log = fo.Logger
-	*allowPlugins = *allowPlugins || lo.AllowAuthPlugins
 	return nil
 }
 

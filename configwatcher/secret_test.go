@@ -329,10 +329,6 @@ func (e *secretEnv) testRefused(t *testing.T) {
 			t.Errorf("execProviderConfig not kept: %+v", ep)
 		}
 	})
-
-	if _, err := configwatcher.NewSecretWatcher(e.host.Config, configwatcher.AllowFileReferences()); err == nil {
-		t.Error("NewSecretWatcher accepted AllowFileReferences")
-	}
 }
 
 // testDuplicate: two Argo CD Secrets naming one cluster; the first keeps
