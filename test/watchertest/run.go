@@ -122,7 +122,7 @@ func noOpUpdates(t *testing.T, h *Harness) {
 	s.start()
 	s.expect("a written before the watcher started", s.added(a))
 	s.touch(a)
-	s.quiet("a touched without a change to how it is reached")
+	s.quiet("a touched without a change to its config")
 	s.write(a)
 	s.quiet("a written again with the same content")
 	s.noErrors("a source holding only good clusters")
