@@ -202,8 +202,10 @@ const argoCDExecAPIVersion = "client.authentication.k8s.io/v1beta1"
 // cluster Argo CD runs in, for a Secret whose server is
 // ArgoCDInClusterServer; nil refuses such a Secret.
 func argoCDConfig(data map[string][]byte, allowPlugins bool, inCluster *rest.Config) (string, *rest.Config, error) {
-	name := strings.TrimSpace(string(data[argoCDNameKey]))
-	if name == "" {
+	// The name is used as written, as Argo CD uses it: trimming it would
+	// publish " a" as "a" instead of letting the name gate refuse it.
+	name := string(data[argoCDNameKey])
+	if strings.TrimSpace(name) == "" {
 		return "", nil, fmt.Errorf("%w: no %q key, or an empty one", ErrSecretInvalid, argoCDNameKey)
 	}
 	fail := func(format string, args ...any) (string, *rest.Config, error) {
