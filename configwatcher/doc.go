@@ -34,5 +34,12 @@
 // Server.Watch applies a watcher's events to a Server; a hand-written loop
 // over Events and Errors, as older multi-cluster libraries required, works
 // too. Any other source (a database, say) fits behind the same small
-// interface.
+// interface; package test/watchertest checks a watcher of your own the
+// way every built-in watcher is checked.
+//
+// Options are typed by the watchers that take them: WithLogger is
+// accepted by every constructor, AllowAuthPlugins by the file, Secret
+// and Cluster API watchers, WithDebounce, WithLoadOptions and
+// AllowFileReferences by NewFileWatcher alone, so an option a watcher
+// does not take is a compile error rather than a run-time one.
 package configwatcher
