@@ -20,7 +20,9 @@
 //     named "<namespace>/<name>".
 //   - ClusterProfileWatcher watches the ClusterProfiles of a Cluster
 //     Inventory (KEP-4322) and adds each cluster once its cluster manager
-//     reports it healthy, named "<namespace>/<name>", with the profile's
+//     reports it healthy, named after its
+//     multicluster.x-k8s.io/inventory-member-id label (profiles sharing
+//     one are one member) or else "<namespace>/<name>", with the profile's
 //     properties, and reached through the exec plugin that the operator's
 //     access-providers file names for one of its access providers.
 //
