@@ -21,7 +21,12 @@
 // informers use by default (initial ADDED events closed by the
 // "k8s.io/initial-events-end" bookmark). It always answers in JSON,
 // whatever the client asks for; clients decode by the Content-Type of the
-// answer, and protobuf request bodies are understood.
+// answer, and protobuf request bodies are understood. Clients speak
+// HTTP/1.1 to it unless WithHTTP2 offers HTTP/2, as a kube-apiserver does
+// (one connection per client then carries every request and watch); with
+// WithCertificate it presents a certificate of the test's choosing, such
+// as LoopbackCertificate's ECDSA one, which thousands of servers on shared
+// cores can afford to handshake with.
 //
 // Faults can be switched on and off while clients run: latency on every
 // request, a 401 for everything, a 403 for one resource, and requests that

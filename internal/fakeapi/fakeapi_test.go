@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -470,5 +472,48 @@ func TestServeDiscovery(t *testing.T) {
 	s.ServeDiscovery(gv, nil)
 	if _, err := dc.ServerResourcesForGroupVersion(gv.String()); !apierrors.IsNotFound(err) {
 		t.Errorf("group-version taken out: got %v, want 404", err)
+	}
+}
+
+// TestHTTP2WithOwnCertificate: with WithHTTP2 and WithCertificate a
+// cluster's watch, its writes and other requests share one connection, as
+// with a kube-apiserver, and the server presents the certificate given,
+// which Config carries as the CA.
+func TestHTTP2WithOwnCertificate(t *testing.T) {
+	cert, err := fakeapi.LoopbackCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, fakeapi.WithHTTP2(), fakeapi.WithCertificate(cert))
+	s.Seed(cm("a", "one", nil))
+	cfg := s.Config()
+	var dials atomic.Int32
+	var d net.Dialer
+	cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return d.DialContext(ctx, network, addr)
+	}
+	c, stop := runCluster(t, cfg)
+	defer stop()
+	ctx := context.Background()
+	if err := c.GetClient().Create(ctx, cm("a", "two", nil)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Second, "created ConfigMap in cache", func() bool {
+		return c.GetCache().Get(ctx, client.ObjectKey{Namespace: "a", Name: "two"}, &corev1.ConfigMap{}) == nil
+	})
+	resp, err := c.GetHTTPClient().Get(cfg.Host + "/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.ProtoMajor != 2 {
+		t.Errorf("answered over %s, want HTTP/2", resp.Proto)
+	}
+	if resp.TLS == nil || !resp.TLS.PeerCertificates[0].Equal(cert.Leaf) {
+		t.Error("the server did not present the certificate it was given")
+	}
+	if n := dials.Load(); n != 1 {
+		t.Errorf("%d connections for a watch, a write and a request, want 1", n)
 	}
 }

@@ -2,6 +2,7 @@ package fakeapi
 
 import (
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
@@ -31,6 +32,8 @@ type Server struct {
 
 	watchList bool
 	plainHTTP bool
+	http2     bool
+	cert      *tls.Certificate // nil: httptest's
 	token     string
 	ts        *httptest.Server
 	done      chan struct{} // closed by Close: ends watches, hangs and delays
@@ -64,6 +67,19 @@ func WithoutWatchList() Option { return func(s *Server) { s.watchList = false } 
 // clients of real clusters set up, and cache.
 func WithPlainHTTP() Option { return func(s *Server) { s.plainHTTP = true } }
 
+// WithHTTP2 offers HTTP/2 over TLS, as a kube-apiserver does: a client
+// then carries its watches, probes and requests on one connection per
+// server, as it would to a real cluster. Without it clients speak
+// HTTP/1.1, with a connection per request in flight.
+func WithHTTP2() Option { return func(s *Server) { s.http2 = true } }
+
+// WithCertificate serves TLS with cert (see LoopbackCertificate) instead
+// of httptest's, whose RSA-2048 key costs the server a millisecond or two
+// of CPU per handshake: thousands of servers taking their first
+// connections at once on a shared machine want an ECDSA key. Config's CA
+// is then cert's own leaf.
+func WithCertificate(cert tls.Certificate) Option { return func(s *Server) { s.cert = &cert } }
+
 // New returns a Server that does not serve yet; Seed may preload it.
 func New(opts ...Option) *Server {
 	b := make([]byte, 16)
@@ -83,6 +99,10 @@ func (s *Server) Start() {
 	s.ts = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
 	// Clients that give up mid-handshake are routine in fault tests.
 	s.ts.Config.ErrorLog = log.New(io.Discard, "", 0)
+	s.ts.EnableHTTP2 = s.http2
+	if s.cert != nil {
+		s.ts.TLS = &tls.Config{Certificates: []tls.Certificate{*s.cert}}
+	}
 	if s.plainHTTP {
 		s.ts.Start()
 	} else {
