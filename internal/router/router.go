@@ -6,17 +6,18 @@
 // events and reachability changes, both rare) copy the snapshot's map under
 // a mutex and swap it in. A change to a known name replaces only that
 // name's entry (an atomic pointer); a name that comes or goes copies one
-// of the map's shards (a 64th of it); the sorted lists are built once per
-// snapshot, by the first read that needs them. A fleet joining at once
-// costs a small copy per cluster, not a copy of everything and a sort per
-// change.
+// of the map's shards (a 64th of it) and records itself in the sorted
+// names, which are merged on first read (names.go); the lists of members
+// are built once per snapshot, by the first read that needs them, in the
+// order of the names. A fleet joining at once costs a small copy per
+// cluster, not a copy of everything and a sort per change, and a read of
+// the names after one more joined costs a merge, not a sort.
 package router
 
 import (
 	"context"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -53,12 +54,15 @@ type snapshot struct {
 	// routes holds each name's slot in the shard of its name; a shard is
 	// shared by snapshots until a name of it comes or goes.
 	routes [shards]map[string]*slot
-	once   sync.Once
-	lists  lists // built from routes by the first read that needs them
+	// names are the names of routes, sorted, shared by snapshots until a
+	// name comes or goes; size counts them.
+	names *names
+	size  int
+	once  sync.Once
+	lists lists // built from names and routes by the first read that needs them
 }
 
 type lists struct {
-	names   []string        // every cluster, sorted
 	members []client.Member // every cluster this replica runs, sorted by name
 	ready   []client.Member // the Ready ones, sorted by name
 }
@@ -90,7 +94,7 @@ func (s *snapshot) get(name string) (*route, bool) {
 
 // sorted returns the snapshot's lists, building them on first use.
 func (s *snapshot) sorted() *lists {
-	s.once.Do(func() { s.lists = listsOf(&s.routes) })
+	s.once.Do(func() { s.lists = s.listsOf() })
 	return &s.lists
 }
 
@@ -103,7 +107,7 @@ type Table struct {
 
 var _ client.Fleet = &Table{}
 
-var empty = &snapshot{}
+var empty = &snapshot{names: emptyNames}
 
 func (t *Table) load() *snapshot {
 	if s := t.cur.Load(); s != nil {
@@ -152,9 +156,11 @@ func (t *Table) Members() []client.Member { return t.load().sorted().members }
 func (t *Table) ReadyClusters() []client.Member { return t.load().sorted().ready }
 
 // Names returns every known cluster name, Ready or not, sorted.
-func (t *Table) Names() []string {
-	return slices.Clone(t.load().sorted().names)
-}
+func (t *Table) Names() []string { return slices.Clone(t.SortedNames()) }
+
+// SortedNames is Names without the copy: the slice is shared, and callers
+// must not change it.
+func (t *Table) SortedNames() []string { return t.load().names.list() }
 
 // Set records name with c as its client (nil: known, no running Manager)
 // and whether the cluster is Ready. Callers serialise Set and Remove for
@@ -250,13 +256,17 @@ func (t *Table) update(name string, change func(old *route) *route) {
 	if next == old {
 		return
 	}
-	snap := &snapshot{routes: cur.routes}
+	snap := &snapshot{routes: cur.routes, names: cur.names, size: cur.size}
 	shard := &snap.routes[shardOf(name)]
 	switch {
 	case next == nil:
 		*shard = maps.Clone(*shard)
 		delete(*shard, name)
+		snap.size--
+		snap.names = cur.names.with(name, false, snap.size)
 	case sl == nil:
+		snap.size++
+		snap.names = cur.names.with(name, true, snap.size)
 		*shard = maps.Clone(*shard)
 		if *shard == nil {
 			*shard = map[string]*slot{}
@@ -270,46 +280,28 @@ func (t *Table) update(name string, change func(old *route) *route) {
 	t.cur.Store(snap)
 }
 
-// listsOf builds the sorted lists from each name's route as it is now,
-// reading each route once.
-func listsOf(routes *[shards]map[string]*slot) lists {
-	type entry struct {
-		mem   client.Member
-		ready bool
-	}
-	var n int
-	for _, m := range routes {
-		n += len(m)
-	}
-	l := lists{names: make([]string, 0, n)}
-	entries := make([]entry, 0, n)
-	for _, m := range routes {
-		for name, sl := range m {
-			r := sl.Load()
-			l.names = append(l.names, name)
-			if r.elsewhere {
-				continue // another replica's: not in this one's fleet-wide calls
-			}
-			mem := client.Member{Name: name, Client: r.client, Context: r.ctx}
-			// A cluster whose Manager still syncs is read like a cached
-			// client reads a cache that has not synced yet: the List waits
-			// for it.
-			switch {
-			case r.client == nil:
-				mem.Err = client.NotReady(name)
-			case r.unreachable != nil:
-				mem.Err = client.Unreachable(name, r.unreachable)
-			}
-			entries = append(entries, entry{mem, mem.Err == nil && r.ready})
+// listsOf builds the lists in the order of the names, from each name's
+// route as it is now, reading each route once.
+func (s *snapshot) listsOf() lists {
+	names := s.names.list()
+	l := lists{members: make([]client.Member, 0, len(names))}
+	for _, name := range names {
+		r := s.slot(name).Load()
+		if r.elsewhere {
+			continue // another replica's: not in this one's fleet-wide calls
 		}
-	}
-	slices.Sort(l.names)
-	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.mem.Name, b.mem.Name) })
-	l.members = make([]client.Member, 0, len(entries))
-	for _, e := range entries {
-		l.members = append(l.members, e.mem)
-		if e.ready {
-			l.ready = append(l.ready, e.mem)
+		mem := client.Member{Name: name, Client: r.client, Context: r.ctx}
+		// A cluster whose Manager still syncs is read like a cached client
+		// reads a cache that has not synced yet: the List waits for it.
+		switch {
+		case r.client == nil:
+			mem.Err = client.NotReady(name)
+		case r.unreachable != nil:
+			mem.Err = client.Unreachable(name, r.unreachable)
+		}
+		l.members = append(l.members, mem)
+		if mem.Err == nil && r.ready {
+			l.ready = append(l.ready, mem)
 		}
 	}
 	return l
