@@ -6,8 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/mccr-dev/mccr/internal/fleetz"
@@ -42,46 +40,16 @@ func (rc reconcileCounts) add(cluster, controller string, total, errors float64)
 	ctrls[controller] = c
 }
 
-// readReconcileCounts reads mccr_reconcile_total (summed over results) and
-// mccr_reconcile_errors_total straight from their vectors, without
-// gathering the whole registry.
+// readReconcileCounts reads the mccr_reconcile_ counters from the
+// members' own records, without gathering any series.
 func readReconcileCounts() reconcileCounts {
 	rc := reconcileCounts{byCluster: map[string]map[string]reconcileCount{}}
-	collect(reconcileTotal, func(m *dto.Metric) {
-		cl, ctrl := labels(m)
-		rc.add(cl, ctrl, m.GetCounter().GetValue(), 0)
-	})
-	collect(reconcileErrors, func(m *dto.Metric) {
-		cl, ctrl := labels(m)
-		rc.add(cl, ctrl, 0, m.GetCounter().GetValue())
+	memberSeriesSet.each(func(name string, m *memberSeries) {
+		for _, c := range m.controllers {
+			rc.add(name, c.name, float64(c.total()), float64(c.errors))
+		}
 	})
 	return rc
-}
-
-func collect(c prometheus.Collector, fn func(*dto.Metric)) {
-	ch := make(chan prometheus.Metric, 256)
-	go func() {
-		c.Collect(ch)
-		close(ch)
-	}()
-	for m := range ch {
-		var d dto.Metric
-		if m.Write(&d) == nil {
-			fn(&d)
-		}
-	}
-}
-
-func labels(m *dto.Metric) (cluster, controller string) {
-	for _, l := range m.GetLabel() {
-		switch l.GetName() {
-		case clusterLabelName:
-			cluster = l.GetValue()
-		case "controller":
-			controller = l.GetValue()
-		}
-	}
-	return cluster, controller
 }
 
 // queueDepths keeps the last reading of the workqueue depths. Reading them

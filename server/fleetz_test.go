@@ -234,16 +234,6 @@ func BenchmarkFleetPage(b *testing.B) {
 		s.reconciled("secrets", "error", time.Millisecond)
 	}
 	b.Cleanup(func() {
-		// The exact series first: forget's partial matches would each
-		// scan every other member's series.
-		for i := range n {
-			name := fmt.Sprintf("cluster-%05d", i)
-			reconcileTotal.DeleteLabelValues(name, "configmaps", "success")
-			reconcileTotal.DeleteLabelValues(name, "secrets", "error")
-			reconcileErrors.DeleteLabelValues(name, "secrets")
-			reconcileTime.DeleteLabelValues(name, "configmaps")
-			reconcileTime.DeleteLabelValues(name, "secrets")
-		}
 		for i := range n {
 			srv.clusters.get(fmt.Sprintf("cluster-%05d", i)).series.forget()
 		}
