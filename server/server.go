@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -73,6 +71,7 @@ type Server struct {
 	feed     fleetFeed
 	setups   setupList
 	clusters registry
+	order    memberOrder  // the records in the order of their names, for Statuses
 	shard    *coordinator // with sharding
 	// claims decides which watcher feeds each name; its lock comes before
 	// any cluster's (see cluster.go).
@@ -482,13 +481,18 @@ func (s *Server) ClusterProperties(ctx context.Context) (map[string]string, erro
 
 // Statuses returns every member's status, sorted by name.
 func (s *Server) Statuses() []ClusterStatus {
-	all := s.clusters.all()
-	out := make([]ClusterStatus, 0, len(all))
-	for _, c := range all {
+	// In the order of the fan-out client's sorted names (see memberOrder):
+	// sorting the statuses, or looking every name up, on each call would
+	// cost it a sort, or a lookup, of the whole fleet.
+	records := s.order.of(s.routes.SortedNames(), &s.clusters)
+	out := make([]ClusterStatus, 0, len(records))
+	for _, c := range records {
+		if c == nil {
+			continue
+		}
 		if st, ok := c.snapshot(); ok {
 			out = append(out, st)
 		}
 	}
-	slices.SortFunc(out, func(a, b ClusterStatus) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
