@@ -22,9 +22,10 @@ var fleet *test.Fleet
 var members = []string{"a", "b", "c"}
 
 func TestMain(m *testing.M) {
-	if isScaleChild() {
+	if isScaleChild() || isFleetEngineChild() {
 		// A scale run's child reaches the fleet of the process that
-		// started it (scalechild_test.go).
+		// started it (scalechild_test.go); a fake fleet's engine needs
+		// none (fleet10k_bench_test.go).
 		ctrl.SetLogger(logr.Discard())
 		os.Exit(m.Run())
 	}
