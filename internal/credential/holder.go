@@ -110,7 +110,7 @@ func (h *Holder) Install(cfg *rest.Config) error {
 		return c.err
 	}
 	if c.file != nil {
-		if _, err := c.file.src.Token(); err != nil && c.file.last.Load() == nil {
+		if _, err := c.file.authorization(); err != nil {
 			return err
 		}
 	}
@@ -133,9 +133,9 @@ func (h *Holder) Config(cfg *rest.Config) *rest.Config {
 }
 
 // authorization is the Authorization header to send now ("" for none).
-func (c *held) authorization() string {
+func (c *held) authorization() (string, error) {
 	if c.file == nil {
-		return c.header
+		return c.header, nil
 	}
 	return c.file.authorization()
 }
@@ -157,17 +157,21 @@ type fileToken struct {
 	last atomic.Pointer[string]
 }
 
-func (f *fileToken) authorization() string {
-	if tok, err := f.src.Token(); err == nil {
+// authorization is the file's token as a header; the last token read
+// when the file cannot be read, and the error only if none ever was
+// (Install makes sure one was): never no credentials at all.
+func (f *fileToken) authorization() (string, error) {
+	tok, err := f.src.Token()
+	if err == nil {
 		if last := f.last.Load(); last == nil || *last != tok.AccessToken {
 			f.last.Store(&tok.AccessToken)
 		}
-		return "Bearer " + tok.AccessToken
+		return "Bearer " + tok.AccessToken, nil
 	}
 	if last := f.last.Load(); last != nil {
-		return "Bearer " + *last
+		return "Bearer " + *last, nil
 	}
-	return ""
+	return "", err
 }
 
 // roundTripper stamps each request with the Holder's credentials, and
@@ -181,14 +185,18 @@ type roundTripper struct {
 func (t *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	c := t.h.cur.Load()
 	begin := time.Now()
-	auth := c.authorization()
+	auth, err := c.authorization()
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
 	resp, err := t.next.RoundTrip(stamp(req, auth))
 	if err != nil || resp.StatusCode != http.StatusUnauthorized {
 		return resp, err
 	}
 	c.refused(begin)
-	again := t.h.cur.Load().authorization()
-	if again == auth {
+	again, err := t.h.cur.Load().authorization()
+	if err != nil || again == auth {
 		return resp, nil // nothing new to send
 	}
 	next, ok := resend(req)
@@ -201,6 +209,14 @@ func (t *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // WrappedRoundTripper lets client-go's helpers see through the wrapper.
 func (t *roundTripper) WrappedRoundTripper() http.RoundTripper { return t.next }
+
+// closeBody closes the body of a request not sent, as a RoundTripper
+// must.
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}
 
 // stamp returns req carrying auth as its Authorization header (none for
 // ""), a copy when that changes anything: a config copied from the
