@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -49,16 +50,19 @@ func credOptions(o *server.Options) {
 
 // wire sees a member's requests as they are sent: the member config's own
 // WrapTransport is the innermost of its transports, under everything mccr
-// adds, so a refused request and the one sent again after it are two.
+// adds, so a refused request and the one sent again after it are two. It
+// can also drop the member's watch streams, as a lost connection would.
 type wire struct {
-	mu    sync.Mutex
-	armed bool
-	seen  wireState
+	mu      sync.Mutex
+	armed   bool
+	seen    wireState
+	streams map[*stream]bool // open watch streams
 }
 
 // wireState is what a wire saw.
 type wireState struct {
 	relists  int       // ConfigMap lists, and watches that begin with a list
+	watches  int       // ConfigMap watches opened
 	refusals int       // since armed
 	refused  time.Time // the first refusal once armed
 	accepted time.Time // the first success after it
@@ -77,8 +81,19 @@ func (w *wire) record(req *http.Request, resp *http.Response, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	q := req.URL.Query()
-	if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/configmaps") && (q.Get("watch") != "true" || q.Get("sendInitialEvents") == "true") {
-		w.seen.relists++
+	if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/configmaps") {
+		switch {
+		case q.Get("watch") != "true" || q.Get("sendInitialEvents") == "true":
+			w.seen.relists++
+		case err == nil && resp.StatusCode == http.StatusOK:
+			w.seen.watches++
+			if w.streams == nil {
+				w.streams = map[*stream]bool{}
+			}
+			s := &stream{ReadCloser: resp.Body, w: w}
+			w.streams[s] = true
+			resp.Body = s
+		}
 	}
 	switch {
 	case err != nil || !w.armed:
@@ -104,6 +119,52 @@ func (w *wire) state() wireState {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.seen
+}
+
+// drop ends the member's open ConfigMap watches as a lost connection
+// does: their readers see the stream end (EOF), and the informer opens
+// them again from where it was, without a list, if it can.
+func (w *wire) drop(t *testing.T) {
+	t.Helper()
+	w.mu.Lock()
+	streams := make([]*stream, 0, len(w.streams))
+	for s := range w.streams {
+		streams = append(streams, s)
+	}
+	w.mu.Unlock()
+	if len(streams) == 0 {
+		t.Fatal("no watch stream open to drop")
+	}
+	for _, s := range streams {
+		s.drop()
+	}
+}
+
+// stream is a watch's body, which drop ends.
+type stream struct {
+	io.ReadCloser
+	w       *wire
+	dropped atomic.Bool
+}
+
+func (s *stream) Read(p []byte) (int, error) {
+	n, err := s.ReadCloser.Read(p)
+	if err != nil && s.dropped.Load() {
+		err = io.EOF
+	}
+	return n, err
+}
+
+func (s *stream) drop() {
+	s.dropped.Store(true)
+	_ = s.Close()
+}
+
+func (s *stream) Close() error {
+	s.w.mu.Lock()
+	delete(s.w.streams, s)
+	s.w.mu.Unlock()
+	return s.ReadCloser.Close()
 }
 
 // gap is how long after the first refusal the first success came; it
@@ -234,6 +295,17 @@ func reconciled(t *testing.T, name, ns, obj string) time.Duration {
 	return time.Since(begin)
 }
 
+// watchesAgain drops the member's watches: each is opened again, without
+// a list (steady checks that), with credentials that work, and the member
+// sees what changes after that.
+func watchesAgain(t *testing.T, w *wire, name, ns string) {
+	t.Helper()
+	opened := w.state().watches
+	w.drop(t)
+	test.Eventually(t, 30*time.Second, "the dropped watch opened again", func() bool { return w.state().watches > opened })
+	reconciled(t, name, ns, "watched-again")
+}
+
 // steady checks, for a while longer than credGrace, that the member stays
 // Ready without a restart or failure, and never lists its ConfigMaps again.
 func steady(t *testing.T, srv *server.Server, name string, w *wire, relists int) {
@@ -286,6 +358,7 @@ func TestCredExecRenewedInPlace(t *testing.T) {
 		t.Fatalf("a write after the revocation: %v", err)
 	}
 	took := reconciled(t, name, ns, "after")
+	watchesAgain(t, w, name, ns)
 	gap := w.gap(t)
 	if n := p.runs(t) - runs; n != 1 {
 		t.Errorf("plugin ran %d times after the revocation, want once", n)
@@ -318,6 +391,7 @@ func TestCredTokenFileRotatedInPlace(t *testing.T) {
 	writeAtomically(t, path, mint(t, ns, "file-2"))
 	w.arm()
 	revoke(t, ns, "file-1", tok1)
+	watchesAgain(t, w, name, ns)
 	if err := write(t, r.srv, name, ns, "written"); err != nil {
 		t.Fatalf("a write after the revocation: %v", err)
 	}
