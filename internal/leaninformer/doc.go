@@ -17,21 +17,22 @@
 // last informer has stopped.
 //
 // The list-and-watch loop is client-go's reflector's, taken apart into
-// steps: a list (from the watch cache first, resource version "0"; from
-// the last version seen after that; from etcd, "", once that version has
-// expired or is too new; in pages when the server pages), then a watch
-// from the list's version with bookmarks and a random timeout of 5 to 10
-// minutes; a watch that ends on its own is opened again at once from the
-// last version seen (bookmarks move it), one that ends with an error (a
-// 410 Expired among them) or without an event within a second is followed
-// by a new list after client-go's backoff, as is a failed list or a watch
-// that could not be opened; a refused connection or 429 backs off and
-// watches again without a list. Watch errors go to the handler set with
-// SetWatchErrorHandlerWithContext, the ones client-go's reflector hands
-// it (a failed list, a watch that could not be opened), with a Reflector
-// that only names the kind (TypeDescription) and is never run. The
-// initial list is a plain list, not client-go's watch-list (a list
-// streamed through the watch, sendInitialEvents).
+// steps: the initial list streamed through the watch that follows it
+// (client-go's watch-list, see watchlist.go) or, where the server or the
+// ListerWatcher does not offer that, a list (from the watch cache first,
+// resource version "0"; from the last version seen after that; from etcd,
+// "", once that version has expired or is too new; in pages when the
+// server pages), then a watch from the list's version with bookmarks and
+// a random timeout of 5 to 10 minutes; a watch that ends on its own is
+// opened again at once from the last version seen (bookmarks move it),
+// one that ends with an error (a 410 Expired among them) or without an
+// event within a second is followed by a new list after client-go's
+// backoff, as is a failed list or a watch that could not be opened; a
+// refused connection or 429 backs off and watches again without a list.
+// Watch errors go to the handler set with SetWatchErrorHandlerWithContext,
+// the ones client-go's reflector hands it (a failed list, a watch that
+// could not be opened), with a Reflector
+// that only names the kind (TypeDescription) and is never run.
 //
 // An informer of New runs as client-go's does: Run blocks until its
 // context ends. A Runner's informers run detached: Run hands them to a

@@ -68,6 +68,7 @@ func newInformer(lw toolscache.ListerWatcher, example runtime.Object, resync tim
 		synced:        make(chan struct{}),
 		released:      make(chan struct{}),
 		onWatchError:  toolscache.DefaultWatchErrorHandler,
+		streams:       streamsLists(lw),
 	}
 	if u, ok := example.(*unstructured.Unstructured); ok {
 		if gvk := u.GroupVersionKind(); !gvk.Empty() {
@@ -87,6 +88,7 @@ type Informer struct {
 	example       runtime.Object
 	expectedType  reflect.Type
 	expectedGVK   *schema.GroupVersionKind
+	streams       bool // lists are streamed through the watch (watchlist.go)
 	indexer       toolscache.Indexer
 	defaultResync time.Duration
 	clock         clock.Clock

@@ -1228,11 +1228,9 @@ func TestTransform(t *testing.T) {
 		if s := r.rec.snapshot(); s.tombstones != 1 || s.deletes != 1 {
 			t.Errorf("%s: %d tombstones and %d deletes, want 1 and 1", r.name, s.tombstones, s.deletes)
 		}
-		// client-go streams its lists where the server offers it; this
-		// informer lists and watches (see the package documentation).
-		_, lean := r.inf.(*Informer)
+		// Both stream their lists where the server offers it.
 		wantLists, wantWatchLists := 0, 2
-		if lean || !r.srv.watchList {
+		if !r.srv.watchList {
 			wantLists, wantWatchLists = 2, 0
 		}
 		if lists, _, watchLists, _ := r.srv.counts(); lists != wantLists || watchLists != wantWatchLists {

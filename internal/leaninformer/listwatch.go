@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
@@ -195,6 +194,20 @@ func (st *runState) connected(res connectResult) {
 func (st *runState) dial(relist bool, list listState) connectResult {
 	i := st.i
 	res := connectResult{list: list}
+	if relist && i.streams {
+		w, start, err := st.streamInto(&res.list)
+		switch {
+		case err == nil:
+			res.w, res.start, res.listed = w, start, true
+			res.rv = i.LastSyncResourceVersion()
+			return res
+		case st.ctx.Err() != nil || retriable(err):
+			st.logger.V(2).Info("Watch-list failed - backing off", "type", st.description(), "err", err)
+			res.err, res.relist = err, true
+			return res
+		}
+		st.logger.V(4).Info("Data couldn't be fetched in watchlist mode. Falling back to regular list.", "type", st.description(), "err", err)
+	}
 	if relist {
 		if err := st.listInto(&res.list); err != nil {
 			st.report(err)
@@ -213,7 +226,7 @@ func (st *runState) dial(relist bool, list listState) connectResult {
 	})
 	if err != nil {
 		res.err = err
-		if utilnet.IsConnectionRefused(err) || apierrors.IsTooManyRequests(err) {
+		if retriable(err) {
 			st.logger.V(4).Info("Watch failed - backing off", "type", st.description(), "err", err)
 			return res
 		}
