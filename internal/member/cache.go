@@ -53,9 +53,10 @@ type syncNotifyingCache struct {
 	mapper  meta.RESTMapper
 	log     logr.Logger
 
-	// tracker knows the sync checkers of every informer and handler
-	// registration handed out, for WaitForCacheSync.
-	tracker syncinformer.Tracker
+	// tracker knows the sync checkers of every informer the cache builds
+	// and of every informer and handler registration it hands out, for
+	// WaitForCacheSync.
+	tracker *syncinformer.Tracker
 
 	// runner runs the cache's leaninformers detached (see
 	// leaninformer.Runner): they stop when the member's lifetime ends or
@@ -72,12 +73,19 @@ func newSyncNotifyingCache(lifetime context.Context, next cache.NewCacheFunc, fo
 	}
 	return func(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
 		runner := leaninformer.NewRunner(lifetime)
-		if newInformer := opts.NewInformer; newInformer != nil {
-			opts.NewInformer = func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, idx toolscache.Indexers) toolscache.SharedIndexInformer {
-				i := newInformer(lw, obj, resync, idx)
-				runner.Adopt(i) // a leaninformer; other informers run as controller-runtime runs them
-				return i
-			}
+		tracker := &syncinformer.Tracker{}
+		newInformer := opts.NewInformer
+		if newInformer == nil {
+			newInformer = toolscache.NewSharedIndexInformer // controller-runtime's default
+		}
+		opts.NewInformer = func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, idx toolscache.Indexers) toolscache.SharedIndexInformer {
+			i := newInformer(lw, obj, resync, idx)
+			runner.Adopt(i) // a leaninformer; other informers run as controller-runtime runs them
+			// Every informer controller-runtime's WaitForCacheSync looks
+			// at, including those built by reads and by other sources
+			// meanwhile.
+			tracker.AddOf(obj, i.HasSyncedChecker())
+			return i
 		}
 		c, err := next(cfg, opts)
 		if err != nil {
@@ -90,7 +98,7 @@ func newSyncNotifyingCache(lifetime context.Context, next cache.NewCacheFunc, fo
 		return &syncNotifyingCache{
 			Cache: c, lifetime: lifetime, forbidden: forbidden,
 			waiting: waiting, scheme: scheme, mapper: opts.Mapper, log: log,
-			runner: runner,
+			runner: runner, tracker: tracker,
 		}, nil
 	}
 }
@@ -212,10 +220,12 @@ func (c *syncNotifyingCache) RemoveInformer(ctx context.Context, obj client.Obje
 	if err != nil {
 		return err // controller-runtime's RemoveInformer found it first
 	}
-	c.runner.StopWhere(func(example runtime.Object) bool {
+	removed := func(example runtime.Object) bool {
 		egvk, err := apiutil.GVKForObject(example, c.scheme)
 		return err == nil && egvk == gvk && informerFamily(example) == informerFamily(obj)
-	})
+	}
+	c.runner.StopWhere(removed)
+	c.tracker.Forget(removed) // they will not sync: WaitForCacheSync no longer waits for them
 	return nil
 }
 
@@ -324,19 +334,35 @@ func (c *syncNotifyingCache) GetInformerForKind(ctx context.Context, gvk schema.
 }
 
 // WaitForCacheSync waits for every informer and handler handed out by this
-// cache to report synced, then lets the underlying cache confirm.
+// cache, and every informer it built, to report synced, then lets the
+// underlying cache confirm.
+//
+// The underlying check looks at every informer of the cache, once at
+// once and then every 100ms (client-go's WaitForCacheSync): one added by
+// another source of the same controller after the wait here returned
+// would cost a poll. Such an informer is tracked as it is built; its
+// arrival cancels the underlying check, and the wait starts again with
+// it included.
 func (c *syncNotifyingCache) WaitForCacheSync(ctx context.Context) bool {
-	if !c.tracker.Wait(ctx) {
-		return false
-	}
-	// The underlying wait can block on the informer map's lock (held
-	// across a discovery request) without looking at ctx.
-	done := make(chan bool, 1)
-	go func() { done <- c.Cache.WaitForCacheSync(ctx) }()
-	select {
-	case ok := <-done:
-		return ok
-	case <-ctx.Done():
-		return false
+	for {
+		added, ok := c.tracker.Settle(ctx)
+		if !ok {
+			return false
+		}
+		// The underlying wait can block on the informer map's lock (held
+		// across a discovery request) without looking at ctx.
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan bool, 1)
+		go func() { done <- c.Cache.WaitForCacheSync(cctx) }()
+		select {
+		case ok := <-done:
+			cancel()
+			return ok
+		case <-ctx.Done():
+			cancel()
+			return false
+		case <-added:
+			cancel()
+		}
 	}
 }

@@ -2,9 +2,11 @@ package syncinformer
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 )
@@ -14,36 +16,94 @@ import (
 // The zero value is ready to use.
 type Tracker struct {
 	mu       sync.Mutex
-	checkers []toolscache.DoneChecker
+	checkers []tracked
+	// done is how many checkers at the start of checkers are known done.
+	done int
+	// forgets counts the calls of Forget, which move checkers.
+	forgets int
+	// changed is closed, and replaced, when a checker is added.
+	changed chan struct{}
 }
 
 // Track remembers inf's checker and returns inf wrapped so that the
 // checker of every handler registered on it is remembered too.
 func (t *Tracker) Track(inf cache.Informer) cache.Informer {
-	t.add(inf.HasSyncedChecker())
+	t.Add(inf.HasSyncedChecker())
 	return &trackedInformer{Informer: inf, t: t}
 }
 
-// Wait waits until every checker seen so far is done, and reports false
-// if ctx ends first.
+// Wait waits until every checker seen so far is done, those added while
+// it waits included, and reports false if ctx ends first.
 func (t *Tracker) Wait(ctx context.Context) bool {
-	t.mu.Lock()
-	checkers := append([]toolscache.DoneChecker(nil), t.checkers...)
-	t.mu.Unlock()
-	for _, d := range checkers {
-		select {
-		case <-d.Done():
-		case <-ctx.Done():
-			return false
-		}
-	}
-	return true
+	_, ok := t.Settle(ctx)
+	return ok
 }
 
-func (t *Tracker) add(d toolscache.DoneChecker) {
+// Settle is Wait, and returns as well a channel that closes when a
+// checker is added after the ones it saw done: a caller that goes on to
+// look at the informers (controller-runtime's WaitForCacheSync, which
+// polls every 100ms for one that has not synced) knows that it may find
+// one it has not waited for.
+func (t *Tracker) Settle(ctx context.Context) (<-chan struct{}, bool) {
+	for {
+		t.mu.Lock()
+		if t.changed == nil {
+			t.changed = make(chan struct{})
+		}
+		changed, from, forgets := t.changed, t.done, t.forgets
+		pending := make([]toolscache.DoneChecker, 0, len(t.checkers)-from)
+		for _, c := range t.checkers[from:] {
+			pending = append(pending, c.checker)
+		}
+		t.mu.Unlock()
+		if len(pending) == 0 {
+			return changed, true
+		}
+		for _, d := range pending {
+			select {
+			case <-d.Done():
+			case <-ctx.Done():
+				return nil, false
+			}
+		}
+		t.mu.Lock()
+		if t.done == from && t.forgets == forgets {
+			t.done = from + len(pending)
+		}
+		t.mu.Unlock()
+	}
+}
+
+// tracked is a checker, and the example object of the informer it is
+// of, if known (see Forget).
+type tracked struct {
+	checker toolscache.DoneChecker
+	example runtime.Object
+}
+
+// Add remembers d.
+func (t *Tracker) Add(d toolscache.DoneChecker) { t.AddOf(nil, d) }
+
+// AddOf remembers d, the checker of an informer built with example, which
+// Forget may match.
+func (t *Tracker) AddOf(example runtime.Object, d toolscache.DoneChecker) {
 	t.mu.Lock()
-	t.checkers = append(t.checkers, d)
+	t.checkers = append(t.checkers, tracked{checker: d, example: example})
+	if t.changed != nil {
+		close(t.changed)
+	}
+	t.changed = make(chan struct{})
 	t.mu.Unlock()
+}
+
+// Forget drops the checkers added with an example that matches: those of
+// informers that were removed, and will never sync.
+func (t *Tracker) Forget(match func(example runtime.Object) bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.checkers = slices.DeleteFunc(t.checkers, func(c tracked) bool { return c.example != nil && match(c.example) })
+	t.done = 0 // a few done checkers are looked at again
+	t.forgets++
 }
 
 type trackedInformer struct {
@@ -53,7 +113,7 @@ type trackedInformer struct {
 
 func (i *trackedInformer) tracked(r toolscache.ResourceEventHandlerRegistration, err error) (toolscache.ResourceEventHandlerRegistration, error) {
 	if err == nil {
-		i.t.add(r.HasSyncedChecker())
+		i.t.Add(r.HasSyncedChecker())
 	}
 	return r, err
 }
