@@ -1,11 +1,14 @@
 package server
 
 import (
+	"errors"
 	"maps"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/mccr-dev/mccr/internal/fleetz"
@@ -52,10 +55,8 @@ func readReconcileCounts() reconcileCounts {
 	return rc
 }
 
-// queueDepths keeps the last reading of the workqueue depths. Reading them
-// means gathering controller-runtime's whole registry — at 10,000 members
-// mostly the mccr_ series, and more than half of a view's CPU — so views
-// share a reading for up to queueDepthsMaxAge.
+// queueDepths keeps the last reading of the workqueue depths, which views
+// share for up to queueDepthsMaxAge.
 type queueDepths struct {
 	mu     sync.Mutex
 	at     time.Time
@@ -74,24 +75,65 @@ func (q *queueDepths) read(now time.Time) map[string]float64 {
 }
 
 // readQueueDepths reads controller-runtime's workqueue_depth per queue
-// name (a controller's name).
+// name (a controller's name): from its vector alone when it can be found
+// (workqueueDepth), else by gathering the whole registry, which at 10,000
+// members means the mccr_ series of every one of them, some hundreds of
+// milliseconds of CPU.
 func readQueueDepths() map[string]float64 {
-	families, _ := metrics.Registry.Gather() // a partial answer is still worth showing
 	out := map[string]float64{}
-	for _, f := range families {
-		if f.GetName() != "workqueue_depth" {
-			continue
+	add := func(m *dto.Metric) {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "name" {
+				out[l.GetValue()] += m.GetGauge().GetValue()
+			}
 		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "name" {
-					out[l.GetValue()] += m.GetGauge().GetValue()
-				}
+	}
+	if c := workqueueDepth(); c != nil {
+		ch := make(chan prometheus.Metric, 64)
+		go func() {
+			c.Collect(ch)
+			close(ch)
+		}()
+		for m := range ch {
+			var d dto.Metric
+			if m.Write(&d) == nil {
+				add(&d)
+			}
+		}
+		return out
+	}
+	families, _ := metrics.Registry.Gather() // a partial answer is still worth showing
+	for _, f := range families {
+		if f.GetName() == workqueueDepthName {
+			for _, m := range f.GetMetric() {
+				add(m)
 			}
 		}
 	}
 	return out
 }
+
+const workqueueDepthName = "workqueue_depth"
+
+// workqueueDepth is controller-runtime's workqueue_depth vector, which it
+// registers but does not export: registering one described the same way
+// makes the registry answer with the one it has (AlreadyRegisteredError).
+// Nil if that fails (a controller-runtime that describes it otherwise).
+var workqueueDepth = sync.OnceValue(func() prometheus.Collector {
+	like := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: workqueueDepthName,
+		Help: "Current depth of workqueue by workqueue and priority",
+	}, []string{"name", "controller", "priority"})
+	err := metrics.Registry.Register(like)
+	var dup prometheus.AlreadyRegisteredError
+	switch {
+	case errors.As(err, &dup):
+		return dup.ExistingCollector
+	case err == nil:
+		metrics.Registry.Unregister(like) // controller-runtime registers none
+	}
+	return nil
+})
 
 // controllerTotals adds each controller up over the members.
 func controllerTotals(rc reconcileCounts, rates map[seriesKey]float64, depths map[string]float64) []fleetz.ControllerTotals {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"html"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,7 +13,9 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/mccr-dev/mccr/config"
@@ -255,5 +258,44 @@ func BenchmarkFleetPage(b *testing.B) {
 				b.SetBytes(int64(rec.Body.Len()))
 			}
 		})
+	}
+}
+
+// TestQueueDepthsReadFromTheirVector: the page reads controller-runtime's
+// workqueue_depth from its vector alone, found through the registry, and
+// reads the same as gathering the whole registry would. If
+// controller-runtime describes the vector otherwise, the page still reads
+// it the slow way and this test says the vector was not found.
+func TestQueueDepthsReadFromTheirVector(t *testing.T) {
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "fleetz-depth-test"})
+	defer q.ShutDown()
+	for _, item := range []string{"a", "b", "c"} {
+		q.Add(item)
+	}
+	if workqueueDepth() == nil {
+		t.Fatal("controller-runtime's workqueue_depth vector not found: the page gathers the whole registry for it")
+	}
+	if got := readQueueDepths()["fleetz-depth-test"]; got != 3 {
+		t.Errorf("depth %v, want 3", got)
+	}
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gathered := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() == workqueueDepthName {
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "name" {
+						gathered[l.GetValue()] += m.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+	}
+	if got := readQueueDepths(); !maps.Equal(got, gathered) {
+		t.Errorf("depths read %v, gathered %v", got, gathered)
 	}
 }
