@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,7 +55,9 @@ import (
 //     running; -burst: the same meanwhile the fleet is being registered
 //     (as many as fit in the burst, n-burst-cycles).
 //   - µs-status, µs-statuses, µs-clusternames: median (and -max) of 100
-//     calls of Server.Status, Statuses and ClusterNames, fleet at rest.
+//     calls of Server.Status, Statuses and ClusterNames, fleet at rest;
+//     µs-cpu-…: the median CPU time of the same calls (what they cost,
+//     however busy the machine).
 //   - ms-fleetz: median (and -max) of 5 GETs of the fleet page (HTML).
 //   - s-cpu-engine and s-cpu-fakes: CPU time the engine and the fake
 //     servers' helpers used over the run, and load-1m, the machine's load
@@ -112,6 +115,9 @@ func BenchmarkFakeFleet(b *testing.B) {
 				b.ReportMetric(micros(fig.Statuses.Max), "µs-statuses-max")
 				b.ReportMetric(micros(fig.ClusterNames.P50), "µs-clusternames")
 				b.ReportMetric(micros(fig.ClusterNames.Max), "µs-clusternames-max")
+				b.ReportMetric(micros(fig.StatusCPU.P50), "µs-cpu-status")
+				b.ReportMetric(micros(fig.StatusesCPU.P50), "µs-cpu-statuses")
+				b.ReportMetric(micros(fig.ClusterNamesCPU.P50), "µs-cpu-clusternames")
 				b.ReportMetric(ms(fig.Fleetz.P50), "ms-fleetz")
 				b.ReportMetric(ms(fig.Fleetz.Max), "ms-fleetz-max")
 				b.ReportMetric(fig.CPU.Seconds(), "s-cpu-engine")
@@ -119,13 +125,14 @@ func BenchmarkFakeFleet(b *testing.B) {
 				b.ReportMetric(load, "load-1m")
 				b.Logf("clusters=%d: all reconciled in %s (Adds took %s; engine CPU in the burst %s), RSS %.0f MiB at rest (peak %.0f MiB), %.0f KiB and %.1f goroutines per cluster; "+
 					"add→reconcile p50/p99/max %s/%s/%s, delete %s/%s/%s; during the burst (%d cycles) add→reconcile %s/%s/%s, delete %s/%s/%s; "+
-					"Status %s (max %s), Statuses %s (max %s), ClusterNames %s (max %s); /fleetz %s (max %s, %d KiB); "+
+					"Status %s (max %s, CPU %s), Statuses %s (max %s, CPU %s), ClusterNames %s (max %s, CPU %s); /fleetz %s (max %s, %d KiB); "+
 					"engine stopped in %s; CPU engine %.1f s, fakes %.1f s; load %.2f before, %.2f after; fake fleet RSS %.0f MiB",
 					len(spec.Clusters), fig.AllReconciled.Round(time.Millisecond), fig.Registered.Round(time.Millisecond), fig.BurstCPU.Round(time.Millisecond),
 					fig.RSSMiB, fig.PeakRSSMiB, fig.RSSKiB, fig.Goroutines,
 					fig.Add.P50, fig.Add.P99, fig.Add.Max, fig.Delete.P50, fig.Delete.P99, fig.Delete.Max,
 					fig.BurstAdd.N, fig.BurstAdd.P50, fig.BurstAdd.P99, fig.BurstAdd.Max, fig.BurstDelete.P50, fig.BurstDelete.P99, fig.BurstDelete.Max,
-					fig.Status.P50, fig.Status.Max, fig.Statuses.P50, fig.Statuses.Max, fig.ClusterNames.P50, fig.ClusterNames.Max,
+					fig.Status.P50, fig.Status.Max, fig.StatusCPU.P50, fig.Statuses.P50, fig.Statuses.Max, fig.StatusesCPU.P50,
+					fig.ClusterNames.P50, fig.ClusterNames.Max, fig.ClusterNamesCPU.P50,
 					fig.Fleetz.P50, fig.Fleetz.Max, fig.FleetzBytes>>10,
 					fig.Stop.Round(time.Millisecond), fig.CPU.Seconds(), fakesCPU, load, loadAverage(), ff.rssMiB())
 				if fig.Failures > 0 {
@@ -188,11 +195,14 @@ type fleetFigures struct {
 	Add, Delete               spread
 	Status, Statuses          spread
 	ClusterNames              spread
-	Fleetz                    spread
-	FleetzBytes               int
-	Stop                      time.Duration
-	CPU                       time.Duration // the engine's whole run, from its rusage
-	Failures                  int
+	// The same calls' CPU time (their thread's): what they cost whatever
+	// else the two cores were doing meanwhile.
+	StatusCPU, StatusesCPU, ClusterNamesCPU spread
+	Fleetz                                  spread
+	FleetzBytes                             int
+	Stop                                    time.Duration
+	CPU                                     time.Duration // the engine's whole run, from its rusage
+	Failures                                int
 }
 
 // runFleetEngine runs spec in a child process and returns what it
@@ -371,23 +381,23 @@ func measureFleet(t *testing.T, spec *fleetEngineSpec) fleetFigures {
 	stopCPUProfile()
 	fig.Add, fig.Delete = spreadOf(adds), spreadOf(deletes)
 
-	fig.Status = timeCalls(spec.Calls, func(i int) {
+	fig.Status, fig.StatusCPU = timeCalls(spec.Calls, func(i int) {
 		name := spec.Clusters[i*len(spec.Clusters)/spec.Calls].Name
 		if _, err := srv.Status(name); err != nil {
 			t.Error(err)
 		}
 	})
-	fig.Statuses = timeCalls(spec.Calls, func(int) {
+	fig.Statuses, fig.StatusesCPU = timeCalls(spec.Calls, func(int) {
 		if got := len(srv.Statuses()); got != len(spec.Clusters) {
 			t.Errorf("Statuses: %d clusters, want %d", got, len(spec.Clusters))
 		}
 	})
-	fig.ClusterNames = timeCalls(spec.Calls, func(int) {
+	fig.ClusterNames, fig.ClusterNamesCPU = timeCalls(spec.Calls, func(int) {
 		if got := len(srv.ClusterNames()); got != len(spec.Clusters) {
 			t.Errorf("ClusterNames: %d clusters, want %d", got, len(spec.Clusters))
 		}
 	})
-	fig.Fleetz = timeCalls(spec.FleetzGets, func(int) {
+	fig.Fleetz, _ = timeCalls(spec.FleetzGets, func(int) {
 		code, size, err := get(fleetz)
 		if err != nil || code != http.StatusOK {
 			t.Errorf("GET %s: %d, %v", fleetz, code, err)
@@ -453,15 +463,30 @@ func (e *errorTally) log(t *testing.T) {
 	}
 }
 
-// timeCalls times n calls of fn (given 0…n-1).
-func timeCalls(n int, fn func(i int)) spread {
-	took := make([]time.Duration, n)
+// timeCalls times n calls of fn (given 0…n-1): how long each took, and
+// how much CPU time it used (its thread's, with the goroutine locked to
+// it, so that time spent waiting for a core on a busy machine does not
+// count).
+func timeCalls(n int, fn func(i int)) (wall, cpu spread) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	took, used := make([]time.Duration, n), make([]time.Duration, n)
 	for i := range n {
-		begin := time.Now()
+		begin, cpuBegin := time.Now(), threadCPUTime()
 		fn(i)
-		took[i] = time.Since(begin)
+		took[i], used[i] = time.Since(begin), threadCPUTime()-cpuBegin
 	}
-	return spreadOf(took)
+	return spreadOf(took), spreadOf(used)
+}
+
+// threadCPUTime is the CPU time of the calling thread so far.
+func threadCPUTime() time.Duration {
+	const rusageThread = 1 // RUSAGE_THREAD
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(rusageThread, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // get reads url to its end.
