@@ -367,7 +367,9 @@ func scopedFakeMember(tb testing.TB) (*Manager, cache.Cache) {
 	go func() { done <- m.Start(ctx) }()
 	tb.Cleanup(func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			tb.Errorf("member stopped with %v", err)
+		}
 		<-m.Stopped()
 		m.GetHTTPClient().CloseIdleConnections()
 	})
@@ -378,7 +380,7 @@ func scopedFakeMember(tb testing.TB) (*Manager, cache.Cache) {
 	if !ok {
 		tb.Fatalf("the scoped member's cache is a %T", m.GetCache().(*syncNotifyingCache).Cache)
 	}
-	return m, scoped.scopeCache.Cache
+	return m, scoped.Cache
 }
 
 // TestScopedReadAllocs: a read of a scoped member costs no allocation more
