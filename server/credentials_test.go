@@ -82,10 +82,11 @@ func (w *wire) record(req *http.Request, resp *http.Response, err error) {
 	defer w.mu.Unlock()
 	q := req.URL.Query()
 	if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/configmaps") {
-		switch {
-		case q.Get("watch") != "true" || q.Get("sendInitialEvents") == "true":
+		watch := q.Get("watch") == "true"
+		if !watch || q.Get("sendInitialEvents") == "true" {
 			w.seen.relists++
-		case err == nil && resp.StatusCode == http.StatusOK:
+		}
+		if watch && err == nil && resp.StatusCode == http.StatusOK {
 			w.seen.watches++
 			if w.streams == nil {
 				w.streams = map[*stream]bool{}
