@@ -24,7 +24,8 @@ type names struct {
 	prev  atomic.Pointer[names] // nil once built, or for the first
 	name  string
 	added bool
-	// pending counts the unbuilt lists up to and including this one.
+	// pending counts the unbuilt lists up to and including this one (0
+	// once built by its writer). Written before the list is published.
 	pending int
 }
 
@@ -51,6 +52,7 @@ func (n *names) with(name string, added bool, size int) *names {
 	}
 	if next.pending > maxPending(size) {
 		next.build()
+		next.pending = 0
 	}
 	return next
 }
