@@ -42,6 +42,33 @@ func TestStatusesAndNamesFollowTheFleet(t *testing.T) {
 			t.Fatalf("step %d: ClusterNames() = %v\nwant %v", step, names, exp)
 		}
 	}
+	// A name deleted and added again (a new record), and one deleted
+	// while another is added, between two reads: as many members as
+	// before, not the same.
+	for _, name := range []string{"m-1", "m-2"} {
+		if err := srv.Add(config.NewNamedConfig(name, &rest.Config{Host: "https://127.0.0.1:1"})); err != nil {
+			t.Fatal(err)
+		}
+		want[name] = true
+	}
+	check(-3)
+	for _, op := range []struct {
+		name string
+		add  bool
+	}{{"m-1", false}, {"m-1", true}, {"m-2", false}, {"m-3", true}} {
+		var err error
+		if op.add {
+			err = srv.Add(config.NewNamedConfig(op.name, &rest.Config{Host: "https://127.0.0.1:1"}))
+			want[op.name] = true
+		} else {
+			err = srv.Delete(op.name)
+			delete(want, op.name)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(-2)
 	for step := range 3000 {
 		// Names that are prefixes of each other, and sort around them.
 		name := fmt.Sprintf("m-%d", rng.IntN(60))
@@ -59,7 +86,7 @@ func TestStatusesAndNamesFollowTheFleet(t *testing.T) {
 			}
 			want[name] = true
 		}
-		if step < 300 || step%13 == 0 {
+		if step < 300 || step%2 == 0 {
 			check(step)
 		}
 	}
