@@ -174,16 +174,34 @@ func (i *Informer) RunWithContext(ctx context.Context) {
 // is dropped. It does not wait for those calls (a handler may call Stop);
 // a Runner's Stop does. Stopping an informer that has not started makes
 // its Run return at once.
+//
+// Its pump learns of the stop from it, not from the context: an informer
+// of New stops when its context ends through its Run, which waits for
+// that, and a Runner's informers through the Runner, which watches its own
+// context once for all of them. A watch of the context per informer
+// (context.AfterFunc) would cost each informer of every cluster a few
+// hundred bytes for as long as it runs.
 func (i *Informer) Stop() {
 	i.mu.Lock()
-	stop := i.stop
+	stop, st := i.stop, i.run
 	if !i.started {
 		i.started, i.stopped = true, true
 		close(i.released)
 	}
 	i.mu.Unlock()
-	if stop != nil {
-		stop()
+	if stop == nil {
+		return
+	}
+	stop()
+	// The pump is set, under the pool's lock, before the start is posted
+	// to it: a stop that finds none is seen by the start (runState.start),
+	// one that finds it is posted after the context ended, and one posted
+	// before the start is dropped by the pump, whose start then sees it.
+	i.pool.mu.Lock()
+	p := st.pump
+	i.pool.mu.Unlock()
+	if p != nil {
+		p.post(message{kind: msgStop, informer: i})
 	}
 }
 

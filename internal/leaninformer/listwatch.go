@@ -51,14 +51,13 @@ type runState struct {
 	logger       klog.Logger
 	onWatchError toolscache.WatchErrorHandlerWithContext
 	carrier      *toolscache.Reflector // built on the first error, by a connect goroutine
-	delay        wait.DelayFunc
+	delay        wait.DelayFunc        // built on the first failure: most informers never fail
 
 	phase      phase
 	connecting bool // a connect goroutine has not reported yet
 	stopping   bool // the informer's context has ended
 	relist     bool // the attempt after the backoff lists first
 	retryAt    time.Time
-	stopAfter  func() bool // unregisters the stop message
 
 	w           watch.Interface
 	watchStart  time.Time
@@ -84,15 +83,26 @@ func newRunState(ctx context.Context, i *Informer, logger klog.Logger) *runState
 		ctx:          ctx,
 		logger:       logger,
 		onWatchError: i.onWatchError,
-		delay:        backoff.DelayWithReset(i.clock, backoffReset),
 	}
 }
 
-// start begins the informer's first list. Called by its pump.
+// start begins the informer's first list, unless it was stopped before its
+// pump took it (the stop found no pump to tell: see Informer.Stop). Called
+// by its pump.
 func (st *runState) start() {
-	p, i := st.pump, st.i
-	st.stopAfter = context.AfterFunc(st.ctx, func() { p.post(message{kind: msgStop, informer: i}) })
+	if st.ctx.Err() != nil {
+		st.stopRequested()
+		return
+	}
 	st.connect(true)
+}
+
+// nextDelay is how long to wait before the next attempt after a failure.
+func (st *runState) nextDelay() time.Duration {
+	if st.delay == nil {
+		st.delay = backoff.DelayWithReset(st.i.clock, backoffReset)
+	}
+	return st.delay()
 }
 
 // stopRequested ends the informer's watch and stops it; the pump lets it

@@ -194,7 +194,11 @@ func (p *pump) handleInbox() {
 			p.informers[m.informer] = struct{}{}
 			st.start()
 		case msgStop:
-			st.stopRequested()
+			// A stop posted before the start, or after the informer was
+			// let go, finds it absent: its start sees the stop.
+			if _, ok := p.informers[m.informer]; ok {
+				st.stopRequested()
+			}
 		case msgConnected:
 			st.connected(m.result)
 		}
@@ -235,7 +239,7 @@ func (p *pump) retryLater(st *runState, relist bool) {
 	if relist {
 		st.stopResync() // as client-go's reflector: checks start anew after the list
 	}
-	st.retryAt = time.Now().Add(st.delay())
+	st.retryAt = time.Now().Add(st.nextDelay())
 	p.armBackoff()
 }
 

@@ -35,7 +35,22 @@ type Runner struct {
 // NewRunner returns a Runner whose informers stop when ctx ends.
 func NewRunner(ctx context.Context) *Runner {
 	ctx, cancel := context.WithCancel(ctx)
-	return &Runner{ctx: ctx, cancel: cancel}
+	r := &Runner{ctx: ctx, cancel: cancel}
+	// One watch of the context for all the informers: each stops its own
+	// pump's work (Informer.Stop).
+	context.AfterFunc(ctx, r.stopAll)
+	return r
+}
+
+// stopAll stops the informers that have started; those that start later
+// find the Runner's context ended.
+func (r *Runner) stopAll() {
+	r.mu.Lock()
+	informers := slices.Clone(r.informers)
+	r.mu.Unlock()
+	for _, i := range informers {
+		i.Stop()
+	}
 }
 
 // New returns an informer that runs detached, with New's signature.
@@ -86,6 +101,9 @@ func (r *Runner) Stop() {
 	r.informers = nil
 	r.mu.Unlock()
 	r.cancel()
+	for _, i := range informers {
+		i.Stop()
+	}
 	for _, i := range informers {
 		i.wait()
 	}
