@@ -140,6 +140,13 @@ func (c *held) authorization() (string, error) {
 	return c.file.authorization()
 }
 
+// renewed returns the Authorization header to send now, if it is not
+// refused (the one a request was refused with).
+func (c *held) renewed(refused string) (string, bool) {
+	auth, err := c.authorization()
+	return auth, err == nil && auth != refused
+}
+
 // refused tells the credentials that a request sent with them at begin
 // was refused: a token file is read again before the next request.
 func (c *held) refused(begin time.Time) {
@@ -195,9 +202,9 @@ func (t *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	c.refused(begin)
-	again, err := t.h.cur.Load().authorization()
-	if err != nil || again == auth {
-		return resp, nil // nothing new to send
+	again, renewed := t.h.cur.Load().renewed(auth)
+	if !renewed {
+		return resp, nil // nothing new to send: the refusal is the answer
 	}
 	next, ok := resend(req)
 	if !ok {
