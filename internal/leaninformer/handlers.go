@@ -207,8 +207,17 @@ func (r *registration) HasSynced() bool { return isClosed(r.synced) }
 
 // HasSyncedChecker is done once HasSynced is true.
 func (r *registration) HasSyncedChecker() toolscache.DoneChecker {
-	return doneChecker{name: fmt.Sprintf("handler of SharedIndexInformer %T", r.informer.example), done: r.synced}
+	return (*handlerSyncChecker)(r)
 }
+
+// handlerSyncChecker is a registration's sync checker, named only when
+// asked (see Informer.HasSyncedChecker).
+type handlerSyncChecker registration
+
+func (c *handlerSyncChecker) Name() string {
+	return fmt.Sprintf("handler of SharedIndexInformer %T", c.informer.example)
+}
+func (c *handlerSyncChecker) Done() <-chan struct{} { return c.synced }
 
 // upstreamSynced queues, after the initial list, the mark that the handler
 // has been handed it.

@@ -225,10 +225,17 @@ func (i *Informer) wait() {
 // handlers' registrations say whether they have been handed it).
 func (i *Informer) HasSynced() bool { return isClosed(i.synced) }
 
-// HasSyncedChecker is done once HasSynced is true.
-func (i *Informer) HasSyncedChecker() toolscache.DoneChecker {
-	return doneChecker{name: fmt.Sprintf("SharedIndexInformer %T", i.example), done: i.synced}
+// HasSyncedChecker is done once HasSynced is true. It allocates nothing:
+// caches keep the checkers of every informer they wait for.
+func (i *Informer) HasSyncedChecker() toolscache.DoneChecker { return (*syncChecker)(i) }
+
+// syncChecker is an informer's sync checker, named only when asked.
+type syncChecker Informer
+
+func (c *syncChecker) Name() string {
+	return fmt.Sprintf("SharedIndexInformer %T", (*Informer)(c).example)
 }
+func (c *syncChecker) Done() <-chan struct{} { return c.synced }
 
 // LastSyncResourceVersion is the resource version the informer last saw.
 func (i *Informer) LastSyncResourceVersion() string {
@@ -306,14 +313,6 @@ func (controller) RunWithContext(context.Context)             {}
 func (c controller) HasSynced() bool                          { return c.i.HasSynced() }
 func (c controller) HasSyncedChecker() toolscache.DoneChecker { return c.i.HasSyncedChecker() }
 func (c controller) LastSyncResourceVersion() string          { return c.i.LastSyncResourceVersion() }
-
-type doneChecker struct {
-	name string
-	done chan struct{}
-}
-
-func (d doneChecker) Name() string          { return d.name }
-func (d doneChecker) Done() <-chan struct{} { return d.done }
 
 func isClosed(ch <-chan struct{}) bool {
 	select {

@@ -68,13 +68,12 @@ type informer struct {
 // sync of d also takes the kind out of the forbidden set (its rule was
 // granted). The goroutine ends with the first two.
 func (i *informer) follow(d toolscache.DoneChecker, owner bool) toolscache.DoneChecker {
-	e := &doneChecker{name: d.Name(), done: make(chan struct{})}
 	select {
 	case <-d.Done():
-		close(e.done)
-		return e
+		return d
 	default:
 	}
+	e := &doneChecker{of: d, done: make(chan struct{})}
 	go func() {
 		var once sync.Once
 		finish := func() { once.Do(func() { close(e.done) }) }
@@ -99,12 +98,15 @@ func (i *informer) follow(d toolscache.DoneChecker, owner bool) toolscache.DoneC
 	return e
 }
 
+// doneChecker is done when the checker it follows is, or sooner; named
+// after it when asked (a member keeps a checker per informer and per
+// handler for as long as it runs).
 type doneChecker struct {
-	name string
+	of   toolscache.DoneChecker
 	done chan struct{}
 }
 
-func (d *doneChecker) Name() string          { return d.name }
+func (d *doneChecker) Name() string          { return d.of.Name() }
 func (d *doneChecker) Done() <-chan struct{} { return d.done }
 
 func (i *informer) HasSyncedChecker() toolscache.DoneChecker { return i.synced }

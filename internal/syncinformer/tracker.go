@@ -15,12 +15,14 @@ import (
 // registrations it sees, so Wait can wait for all of them by notification.
 // The zero value is ready to use.
 type Tracker struct {
-	mu       sync.Mutex
+	mu sync.Mutex
+	// checkers are those not yet seen done, in the order added: a checker
+	// once done stays done, and is dropped (a member keeps its tracker as
+	// long as it runs, and adds to it per informer and per handler).
 	checkers []tracked
-	// done is how many checkers at the start of checkers are known done.
-	done int
-	// forgets counts the calls of Forget, which move checkers.
-	forgets int
+	// moves counts the changes that move checkers (drops and Forget): a
+	// wait drops the checkers it saw done only if none moved meanwhile.
+	moves int
 	// changed is closed, and replaced, when a checker is added.
 	changed chan struct{}
 }
@@ -50,9 +52,9 @@ func (t *Tracker) Settle(ctx context.Context) (<-chan struct{}, bool) {
 		if t.changed == nil {
 			t.changed = make(chan struct{})
 		}
-		changed, from, forgets := t.changed, t.done, t.forgets
-		pending := make([]toolscache.DoneChecker, 0, len(t.checkers)-from)
-		for _, c := range t.checkers[from:] {
+		changed, moves := t.changed, t.moves
+		pending := make([]toolscache.DoneChecker, 0, len(t.checkers))
+		for _, c := range t.checkers {
 			pending = append(pending, c.checker)
 		}
 		t.mu.Unlock()
@@ -67,8 +69,10 @@ func (t *Tracker) Settle(ctx context.Context) (<-chan struct{}, bool) {
 			}
 		}
 		t.mu.Lock()
-		if t.done == from && t.forgets == forgets {
-			t.done = from + len(pending)
+		if t.moves == moves {
+			// Added since are after them: drop the first ones, all done.
+			t.checkers = append([]tracked(nil), t.checkers[len(pending):]...)
+			t.moves++
 		}
 		t.mu.Unlock()
 	}
@@ -102,8 +106,7 @@ func (t *Tracker) Forget(match func(example runtime.Object) bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.checkers = slices.DeleteFunc(t.checkers, func(c tracked) bool { return c.example != nil && match(c.example) })
-	t.done = 0 // a few done checkers are looked at again
-	t.forgets++
+	t.moves++
 }
 
 type trackedInformer struct {
