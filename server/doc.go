@@ -53,8 +53,10 @@
 // answers. Its requests' and watches' errors tell, and so does a probe
 // every Options.ReachProbeInterval (bounded by ReachProbeTimeout and, across
 // the fleet, MaxConcurrentProbes) when it makes no requests or its API
-// server hangs. Update with a changed config restarts that member only; the same
-// config again is a no-op. Delete needs only the name.
+// server hangs. Update with a changed config restarts that member only,
+// unless only its bearer token, token file or basic auth changed: those are
+// swapped into the running member. The same config again is a no-op.
+// Delete needs only the name.
 //
 // At most one Manager runs for a cluster name at any instant: Update and
 // Delete stop the running Manager, and the next one of that name starts
@@ -70,9 +72,12 @@
 // before retrying. Update and Delete wait for such a write that long at
 // most.
 //
-// A member's credentials count as rejected on a 401, or a 403 on discovery
-// (which every authenticated user may read); the member is then Failed and
-// retried. A 403 on one kind is a missing RBAC rule: it is recorded in
+// A 401 makes a running member renew its credential (its exec plugin run
+// again, its token file read again, the token of the latest Update) and
+// send the refused request once more; its credentials count as rejected
+// only when still refused ReachProbeInterval after the first refusal, or
+// on a 403 on discovery (which every authenticated user may read); the
+// member is then Failed and retried. A 403 on one kind is a missing RBAC rule: it is recorded in
 // Status, and the member's other controllers carry on.
 //
 // With leader election on, every replica runs its members' caches and

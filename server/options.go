@@ -32,7 +32,9 @@ type Options struct {
 
 	// OutageProbeInterval is how often a member probes its API server once
 	// one of its requests got no answer, and while it is Unreachable, to
-	// restart the member as soon as it answers again. Default 500ms.
+	// restart the member as soon as it answers again; and how often it
+	// probes while its credential is refused, to see the renewed one
+	// accepted. Default 500ms.
 	OutageProbeInterval time.Duration
 
 	// StopTimeout bounds how long Delete and Update wait for a member's
@@ -115,7 +117,9 @@ type Options struct {
 	// connections, is found Unreachable within ReachProbeInterval plus
 	// ReachProbeTimeout, and Ready again once it answers. A negative
 	// interval turns the periodic probe off (outages are then seen only
-	// through the member's own requests). Default 5s.
+	// through the member's own requests). It also bounds how long a running
+	// member's credential may stay refused after a 401 (at least
+	// OutageProbeInterval) before the member fails. Default 5s.
 	ReachProbeInterval time.Duration
 	// ReachProbeTimeout bounds one probe; a probe without an answer by
 	// then makes the member Unreachable. If the next probe is answered and

@@ -104,7 +104,7 @@ func (s rotationScenario) run(t *testing.T, r *faultServer, rotate func() time.T
 		t.Errorf("new credentials in use %s after the change, want ≤ %s", dur(took), rotationGoal)
 	}
 	t.Logf("figure: rotation (%s): %s → Ready on the new token in %s (goal ≤ %s)", via, via, dur(took), rotationGoal)
-	t.Logf("figure: rotation (%s): %d rounds × %d objects, %d reconciles (each with a write on the member's credentials) checked, %d rounds lost; slowest write→reconcile %s (includes the restart); old token rejected %s after revocation, member stayed Ready",
+	t.Logf("figure: rotation (%s): %d rounds × %d objects, %d reconciles (each with a write on the member's credentials) checked, %d rounds lost; slowest write→reconcile %s (the member's credentials renewed in place, no restart); old token rejected %s after revocation, member stayed Ready",
 		via, sum.rounds, s.n, sum.checked, sum.missed, dur(sum.maxLag), dur(revokedIn))
 }
 
