@@ -15,6 +15,13 @@
 // request got no answer. One unanswered probe makes the member
 // Unreachable; the first answer after that restarts it, with fresh lists.
 //
+// A 401 while the member runs is a refusal, not yet a rejection: the
+// credential is renewed where it comes from (the exec plugin, the token
+// file, the latest Update) and probes follow every OutageInterval; the
+// first accepted one ends the refusal, and only one still refused
+// RefreshGrace after the first refusal fails the member. A 401 before
+// the member runs, and a 403 on discovery, fail it at once.
+//
 // A Monitor is one start (attempt) of one member. Probes of the whole
 // fleet share a Limiter, so a fleet of thousands never has more than a
 // bounded number of probes in flight, whatever the intervals.
