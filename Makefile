@@ -207,10 +207,11 @@ soak: $(ASSETS_DEP) ## Long and repeated sharding fault runs (MCCR_SOAK=1): 5-mi
 
 BENCH_COUNT ?= 5
 BENCH_PKGS ?= ./test/ ./client/ ./server/ ./test/e2e/
-# The 1,000-cluster fleet runs take a minute or two each: BENCH_LARGE_COUNT
-# of them (0 leaves them out).
+# The 1,000-cluster fleet runs on real API servers and the 1,000- and
+# 10,000-cluster runs on fake ones take a minute or two each:
+# BENCH_LARGE_COUNT of them (0 leaves them out).
 BENCH_LARGE_COUNT ?= 3
-BENCH_LARGE = ^BenchmarkFleet$$/^clusters=1000$$
+BENCH_LARGE = ^Benchmark(Fleet|FakeFleet)$$/^clusters=(1000|10000)$$
 BENCH_CMD = $(GO) test -p 1 -run '^$$' -bench . -skip '$(BENCH_LARGE)' -benchmem -count $(BENCH_COUNT) -timeout 60m $(BENCH_PKGS)
 BENCH_LARGE_CMD = $(GO) test -run '^$$' -bench '$(BENCH_LARGE)' -benchmem -count $(BENCH_LARGE_COUNT) -timeout 60m ./test/e2e/
 BENCH_ALL_CMD = $(BENCH_CMD)$(if $(filter-out 0,$(BENCH_LARGE_COUNT)), && $(BENCH_LARGE_CMD))
