@@ -319,6 +319,29 @@ func isExpiredError(err error) bool {
 	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
 }
 
+// accept checks that a watch event's object is of the informer's type
+// and kind and has object metadata, as client-go's reflector does; an
+// event that is not is reported and passed over.
+func (st *runState) accept(e watch.Event) (metav1.Object, bool) {
+	i := st.i
+	if a := reflect.TypeOf(e.Object); i.expectedType != nil && a != i.expectedType {
+		utilruntime.HandleErrorWithContext(st.ctx, nil, "Unexpected watch event object type", "type", st.description(), "actualType", a)
+		return nil, false
+	}
+	if i.expectedGVK != nil {
+		if a := e.Object.GetObjectKind().GroupVersionKind(); a != *i.expectedGVK {
+			utilruntime.HandleErrorWithContext(st.ctx, nil, "Unexpected watch event object gvk", "expectedGVK", *i.expectedGVK, "actualGVK", a)
+			return nil, false
+		}
+	}
+	m, err := meta.Accessor(e.Object)
+	if err != nil {
+		utilruntime.HandleErrorWithContext(st.ctx, err, "Unable to understand watch event", "type", st.description(), "event", e)
+		return nil, false
+	}
+	return m, true
+}
+
 // handle stores what one watch event reports and queues it for the
 // handlers, as client-go's reflector and informer do.
 func (st *runState) handle(e watch.Event) {
@@ -327,21 +350,11 @@ func (st *runState) handle(e watch.Event) {
 		st.watchEnded(apierrors.FromObject(e.Object))
 		return
 	}
-	if a := reflect.TypeOf(e.Object); i.expectedType != nil && a != i.expectedType {
-		utilruntime.HandleErrorWithContext(st.ctx, nil, "Unexpected watch event object type", "type", st.description(), "actualType", a)
+	m, ok := st.accept(e)
+	if !ok {
 		return
 	}
-	if i.expectedGVK != nil {
-		if a := e.Object.GetObjectKind().GroupVersionKind(); a != *i.expectedGVK {
-			utilruntime.HandleErrorWithContext(st.ctx, nil, "Unexpected watch event object gvk", "expectedGVK", *i.expectedGVK, "actualGVK", a)
-			return
-		}
-	}
-	m, err := meta.Accessor(e.Object)
-	if err != nil {
-		utilruntime.HandleErrorWithContext(st.ctx, err, "Unable to understand watch event", "type", st.description(), "event", e)
-		return
-	}
+	var err error
 	rv := m.GetResourceVersion()
 	switch e.Type {
 	case watch.Added:

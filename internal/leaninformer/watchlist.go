@@ -4,11 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"reflect"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -114,19 +112,8 @@ func (st *runState) receiveInitial(w watch.Interface, start time.Time) error {
 		if e.Type == watch.Error {
 			return apierrors.FromObject(e.Object)
 		}
-		if a := reflect.TypeOf(e.Object); i.expectedType != nil && a != i.expectedType {
-			utilruntime.HandleErrorWithContext(st.ctx, nil, "Unexpected watch event object type", "type", st.description(), "actualType", a)
-			continue
-		}
-		if i.expectedGVK != nil {
-			if a := e.Object.GetObjectKind().GroupVersionKind(); a != *i.expectedGVK {
-				utilruntime.HandleErrorWithContext(st.ctx, nil, "Unexpected watch event object gvk", "expectedGVK", *i.expectedGVK, "actualGVK", a)
-				continue
-			}
-		}
-		m, err := meta.Accessor(e.Object)
-		if err != nil {
-			utilruntime.HandleErrorWithContext(st.ctx, err, "Unable to understand watch event", "type", st.description(), "event", e)
+		m, ok := st.accept(e)
+		if !ok {
 			continue
 		}
 		if e.Type == watch.Bookmark {
