@@ -261,21 +261,8 @@ func TestFleetEngineChild(t *testing.T) {
 	if !isFleetEngineChild() {
 		return
 	}
-	raw, err := os.ReadFile(os.Getenv(fleetEngineEnv))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var spec fleetEngineSpec
-	if err := json.Unmarshal(raw, &spec); err != nil {
-		t.Fatal(err)
-	}
-	fig := measureFleet(t, &spec)
-	if raw, err = json.Marshal(fig); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(spec.Figures, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	spec := readChildSpec[fleetEngineSpec](t, fleetEngineEnv)
+	writeChildFigures(t, spec.Figures, measureFleet(t, &spec))
 }
 
 // measureFleet runs spec in this process and measures it.

@@ -97,14 +97,7 @@ func TestScaleChild(t *testing.T) {
 	if !isScaleChild() {
 		return
 	}
-	raw, err := os.ReadFile(os.Getenv(scaleSpecEnv))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var spec scaleSpec
-	if err := json.Unmarshal(raw, &spec); err != nil {
-		t.Fatal(err)
-	}
+	spec := readChildSpec[scaleSpec](t, scaleSpecEnv)
 	if spec.Burst != nil {
 		runBurst(t, *spec.Burst)
 		return
@@ -117,11 +110,33 @@ func TestScaleChild(t *testing.T) {
 	if spec.Scale.Proxied {
 		defer behindProxies(t, configs, spec.Scale.AddedRTT)()
 	}
-	fig := measureScale(t, spec.Scale, host.Config, spec.Namespace, configs)
-	if raw, err = json.Marshal(fig); err != nil {
+	writeChildFigures(t, spec.Figures, measureScale(t, spec.Scale, host.Config, spec.Namespace, configs))
+}
+
+// readChildSpec reads the spec of a child process (TestScaleChild,
+// TestFleetEngineChild) from the JSON file its parent named in env.
+func readChildSpec[T any](t *testing.T, env string) T {
+	t.Helper()
+	var spec T
+	raw, err := os.ReadFile(os.Getenv(env))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(spec.Figures, raw, 0o600); err != nil {
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+// writeChildFigures writes what a child process measured to the file its
+// parent reads them from.
+func writeChildFigures(t *testing.T, path string, fig any) {
+	t.Helper()
+	raw, err := json.Marshal(fig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
