@@ -25,7 +25,7 @@ const (
 
 // phaseOrder lists the phases in lifecycle order: the summary counts and
 // the phase sort follow it.
-var phaseOrder = []Phase{PhasePending, PhaseStarting, PhaseSyncing, PhaseReady, PhaseUnreachable, PhaseFailed, PhaseStopping, PhaseStopped, PhaseElsewhere}
+var phaseOrder = []Phase{PhasePending, PhaseQueued, PhaseStarting, PhaseSyncing, PhaseReady, PhaseUnreachable, PhaseFailed, PhaseStopping, PhaseStopped, PhaseElsewhere}
 
 func (s *Server) mountFleetPage() error {
 	h := &fleetPage{s: s}

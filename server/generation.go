@@ -167,6 +167,15 @@ func (g *generation) run() {
 // attempt fails (the error). wasReady tells whether it got as far as Ready.
 func (g *generation) attempt() (wasReady bool, err error) {
 	e := g.c.env
+	// The start waits its turn for the CPU-heavy part (see startGate),
+	// saying so while it waits, and gives its slot back once its caches
+	// have synced, or as it ends. A generation stopped meanwhile leaves
+	// the queue at once.
+	slot, err := e.opts.starts.acquire(g.ctx, func() { g.c.setPhase(g, PhaseQueued, nil) })
+	if err != nil {
+		return false, nil
+	}
+	defer slot.release()
 	begin := time.Now()
 	g.c.setPhase(g, PhaseStarting, nil)
 	// The attempt's connections are released when it ends (deferred first,
@@ -218,12 +227,17 @@ func (g *generation) attempt() (wasReady bool, err error) {
 		defer close(syncDone)
 		sctx, scancel := context.WithTimeout(actx, e.opts.CacheSyncTimeout)
 		defer scancel()
-		if mgr.WaitForSync(sctx) {
+		synced := mgr.WaitForSync(sctx)
+		slot.release() // the CPU-heavy part is over, either way
+		if synced {
 			ready.Store(true)
 			took := time.Since(begin)
 			g.c.ready(g, mgr, took)
 			g.log.Info("cluster ready", "took", took.Round(time.Millisecond))
-			end.wg.Go(func() { mon.Run(actx) })
+			// The attempt waits for its Monitor, which holds no
+			// goroutine between probes, to finish.
+			end.wg.Add(1)
+			mon.Start(actx, end.wg.Done)
 			return
 		}
 		if actx.Err() == nil {

@@ -53,7 +53,7 @@ var (
 		"How long the member cluster's reachability probes took (up to the probe timeout when unanswered).",
 		[]string{clusterLabelName}, nil)
 	clusterPhaseDesc = prometheus.NewDesc("mccr_cluster_phase",
-		"1 for the member cluster's current phase (Pending, Starting, Syncing, Ready, Unreachable, Failed, Stopping, Stopped, Elsewhere); only that phase's series exists. sum by (phase) counts the fleet per phase.",
+		"1 for the member cluster's current phase (Pending, Queued, Starting, Syncing, Ready, Unreachable, Failed, Stopping, Stopped, Elsewhere); only that phase's series exists. sum by (phase) counts the fleet per phase.",
 		[]string{clusterLabelName, "phase"}, nil)
 
 	reconcileTotalDesc = prometheus.NewDesc("mccr_reconcile_total",

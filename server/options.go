@@ -2,6 +2,7 @@ package server
 
 import (
 	"math"
+	"runtime"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -134,9 +135,31 @@ type Options struct {
 	// the others' probes can come later than ReachProbeInterval. Default 32.
 	MaxConcurrentProbes int
 
+	// MaxConcurrentStarts bounds how many members may be in the CPU-heavy
+	// part of a start at once: from the reachability check (dial, TLS
+	// handshake) through the reconciler setups to synced caches (initial
+	// lists decoded). Whatever the bound, one start per core (GOMAXPROCS
+	// at NewServer) runs at once, and more only while the process's run
+	// queue is short (fewer goroutines waiting for a core than there are
+	// cores): a fleet registered at once (thousands of clusters added
+	// together, or a restart) keeps the cores busy, however long its
+	// starts wait on the network, without the long run queue that would
+	// make everything else wait. A member added meanwhile starts first
+	// (the newest waiting start goes next; every fourth goes to the
+	// oldest, so none waits forever), and a Delete does not wait behind
+	// the backlog. The others wait in phase Queued. A start that has not
+	// synced a second after it began counts no more (a slow link, a busy
+	// or silent API server), so a few slow clusters never hold up the
+	// rest. Zero, the default, sets no bound beyond the run queue's; a
+	// negative value turns the gate off (every member starts at once).
+	MaxConcurrentStarts int
+
 	// probes is the Limiter of MaxConcurrentProbes, made with the defaults
 	// so that every copy of the Options shares it.
 	probes *reach.Limiter
+	// starts is the gate of MaxConcurrentStarts (nil: unbounded), shared
+	// by every copy of the Options likewise.
+	starts *startGate
 }
 
 // Option changes Options.
@@ -171,6 +194,8 @@ func (o *Options) defaults(gracefulShutdown *time.Duration) {
 		o.MaxConcurrentProbes = 32
 	}
 	o.probes = reach.NewLimiter(o.MaxConcurrentProbes)
+	cores := runtime.GOMAXPROCS(0)
+	o.starts = newStartGate(cores, cores, o.MaxConcurrentStarts, startSlotHold)
 	if o.StopTimeout <= 0 {
 		o.StopTimeout = -1 // wait as long as the Manager takes
 		if d, forever := member.ShutdownTimeout(gracefulShutdown); !forever {

@@ -40,9 +40,9 @@ func (s *Server) SetupReadyCheck() healthz.Checker {
 			switch st.Phase {
 			case PhaseSyncing, PhaseReady, PhaseUnreachable:
 				return nil // its setups passed
-			case PhaseFailed, PhaseStarting:
-				// Starting: a retry of a member whose setups failed
-				// before; it counts as failing until it passes them.
+			case PhaseFailed, PhaseQueued, PhaseStarting:
+				// Queued, Starting: a retry of a member whose setups
+				// failed before; it counts as failing until it passes them.
 				if errors.Is(st.LastError, ErrSetupFailed) {
 					if failing == 0 {
 						first = st

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-
 	"github.com/mccr-dev/mccr/config"
 	membermgr "github.com/mccr-dev/mccr/internal/member"
 )
@@ -37,6 +35,10 @@ const (
 	// PhasePending means added, waiting for the Server to start (or, with
 	// Options.ColdStandby, to lead).
 	PhasePending Phase = "Pending"
+	// PhaseQueued means waiting for a start slot: many members are
+	// starting at once, and this one begins when the cores can take it
+	// (see Options.MaxConcurrentStarts).
+	PhaseQueued Phase = "Queued"
 	// PhaseStarting means checking reachability and credentials, building
 	// the Manager and running reconciler setups.
 	PhaseStarting Phase = "Starting"
@@ -136,16 +138,17 @@ type UnservedKind struct {
 	Reason string
 }
 
-// unservedKinds is what ClusterStatus.Unserved shows of a member's
-// Manager (nil when none runs). It takes only the member's leaf locks.
-func unservedKinds(mgr manager.Manager) []UnservedKind {
-	m, ok := mgr.(interface {
-		UnservedKinds() []membermgr.UnservedKind
-	})
-	if !ok {
-		return nil
-	}
-	kinds := m.UnservedKinds()
+// kindsReporter is a member's Manager (membermgr.Manager) as its record
+// reads it for WaitingFor and Unserved: the reports take only the member's
+// leaf locks, and OnKindsChanged tells when to read them again.
+type kindsReporter interface {
+	WaitingKinds() []string
+	UnservedKinds() []membermgr.UnservedKind
+	OnKindsChanged(func())
+}
+
+// unservedKinds is what ClusterStatus.Unserved shows of a member's report.
+func unservedKinds(kinds []membermgr.UnservedKind) []UnservedKind {
 	if len(kinds) == 0 {
 		return nil
 	}

@@ -1,0 +1,105 @@
+package server_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/mccr-dev/mccr/server"
+	"github.com/mccr-dev/mccr/test"
+)
+
+// TestQueuedMemberWaitsForAStartSlot: with one start slot, a member whose
+// start holds it (a reconciler setup that does not return yet) makes the
+// next one wait. The waiting member says so in Status (Queued), a Delete
+// of it returns at once and leaves nothing behind, a Delete of a running
+// member does not wait for the slot, and the waiting member starts, and
+// reconciles, once the slot frees.
+func TestQueuedMemberWaitsForAStartSlot(t *testing.T) {
+	ns := testNamespace(t)
+	// The held slot must not expire while the test looks at the queue.
+	server.SetStartSlotHold(t, time.Hour)
+	ignore := goleak.IgnoreCurrent()
+	r := startServer(t, ns, nil, func(o *server.Options) { o.MaxConcurrentStarts = 1 })
+	addReady(t, r.srv, "m3") // runs, holding no slot
+
+	holder := fleet.Cluster("m1").Config.Host
+	inSetup, release := make(chan struct{}, 1), make(chan struct{})
+	r.srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
+		if mgr.GetConfig().Host == holder {
+			select {
+			case inSetup <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+		return nil
+	})
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	if err := r.srv.Add(fleet.Cluster("m1").Named); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-inSetup:
+	case <-time.After(60 * time.Second):
+		t.Fatal("m1 did not reach its setups")
+	}
+	if err := r.srv.Add(fleet.Cluster("m2").Named); err != nil {
+		t.Fatal(err)
+	}
+	queued := func() {
+		t.Helper()
+		test.Eventually(t, 10*time.Second, "m2 Queued", func() bool {
+			st, err := r.srv.Status("m2")
+			return err == nil && st.Phase == server.PhaseQueued
+		})
+		if st, err := r.srv.Status("m1"); err != nil || st.Phase != server.PhaseStarting {
+			t.Fatalf("m1, holding the slot: %s, %v; want Starting", st.Phase, err)
+		}
+	}
+	queued()
+
+	// A waiting member is deleted at once: it ran nothing.
+	begin := time.Now()
+	if err := r.srv.Delete("m2"); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(begin); took > time.Second {
+		t.Errorf("Delete of a member waiting for a start slot took %s", took)
+	}
+	if _, err := r.srv.Status("m2"); !errors.Is(err, server.ErrClusterNotFound) {
+		t.Fatalf("m2 after its Delete: %v, want ErrClusterNotFound", err)
+	}
+	// A running member stops without a slot, while the only one is held.
+	if err := r.srv.Delete("m3"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := r.srv.Status("m1"); err != nil || st.Phase != server.PhaseStarting {
+		t.Fatalf("m1 after m3's Delete: %s, %v; want Starting (still holding the slot)", st.Phase, err)
+	}
+
+	// Added again, it waits again, and starts once m1 has synced.
+	if err := r.srv.Add(fleet.Cluster("m2").Named); err != nil {
+		t.Fatal(err)
+	}
+	queued()
+	close(release)
+	released = true
+	waitReady(t, r.srv, "m1", "m2")
+	createConfigMap(t, "m2", ns, "after-queue")
+	test.Eventually(t, 30*time.Second, "m2 reconciled", func() bool { return ackIn(t, "m2", ns, "after-queue") == "m2" })
+
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	fleet.CloseConnections()
+	verifyNoLeaks(t, ignore)
+}

@@ -1,0 +1,361 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/mccr-dev/mccr/test"
+)
+
+// queueStart starts a goroutine that waits at q for a slot under ctx, and
+// returns once it waits (so that the order of arrivals is the order of the
+// calls). The slot, or the error, arrives on the returned channel.
+func queueStart(ctx context.Context, t *testing.T, q *startGate) <-chan startResult {
+	t.Helper()
+	queued := make(chan struct{})
+	out := make(chan startResult, 1)
+	go func() {
+		s, err := q.acquire(ctx, func() { close(queued) })
+		out <- startResult{s, err}
+	}()
+	select {
+	case <-queued:
+	case r := <-out:
+		t.Fatalf("start got a slot without waiting (%v)", r.err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("start did not queue")
+	}
+	return out
+}
+
+type startResult struct {
+	slot *startSlot
+	err  error
+}
+
+func mustAcquire(t *testing.T, q *startGate) *startSlot {
+	t.Helper()
+	s, err := q.acquire(context.Background(), func() { t.Error("a free slot made a start wait") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func expectGranted(t *testing.T, which string, ch <-chan startResult) *startSlot {
+	t.Helper()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("%s: %v", which, r.err)
+		}
+		return r.slot
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s got no slot", which)
+	}
+	return nil
+}
+
+func expectWaiting(t *testing.T, which string, ch <-chan startResult) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("%s got a slot out of turn (%v)", which, r.err)
+	default:
+	}
+}
+
+func expectStats(t *testing.T, q *startGate, busy, waiting int) {
+	t.Helper()
+	if b, w := q.stats(); b != busy || w != waiting {
+		t.Fatalf("gate holds %d slots with %d waiting, want %d and %d", b, w, busy, waiting)
+	}
+}
+
+// TestStartGateNewestFirstOldestEveryFourth: a freed slot goes to the
+// newest waiting start, except every fourth, which goes to the oldest.
+func TestStartGateNewestFirstOldestEveryFourth(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	q := newStartGate(1, 1, 1, 0)
+	held := mustAcquire(t, q)
+	var w [6]<-chan startResult
+	for i := range w {
+		w[i] = queueStart(context.Background(), t, q)
+	}
+	expectStats(t, q, 1, 6)
+	// Grants 1-3 newest, 4 oldest, 5-7 newest, 8 oldest.
+	for _, want := range []int{5, 4, 3, 0, 2, 1} {
+		held.release()
+		held = expectGranted(t, "start", w[want])
+		for i := range w {
+			if i != want {
+				select {
+				case r := <-w[i]:
+					t.Fatalf("start %d got a slot (%v) where %d should have", i, r.err, want)
+				default:
+				}
+			}
+		}
+	}
+	held.release()
+	expectStats(t, q, 0, 0)
+}
+
+// TestStartGateOldestProgressesUnderArrivals: while new starts keep
+// arriving faster than slots free, newest-first would leave the first one
+// waiting forever; it gets a slot within oldestEvery grants, and so does
+// each oldest after it.
+func TestStartGateOldestProgressesUnderArrivals(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	q := newStartGate(1, 1, 1, 0)
+	held := mustAcquire(t, q)
+	type waiter struct {
+		id int
+		ch <-chan startResult
+	}
+	var waiting []waiter
+	next := 0
+	arrive := func() {
+		waiting = append(waiting, waiter{next, queueStart(context.Background(), t, q)})
+		next++
+	}
+	// takeAny waits until one of the waiting starts got the slot.
+	takeAny := func(grant int) (int, *startSlot) {
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			for i, w := range waiting {
+				select {
+				case r := <-w.ch:
+					waiting = append(waiting[:i], waiting[i+1:]...)
+					return w.id, r.slot
+				default:
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+		t.Fatalf("grant %d: no start got the slot", grant)
+		return 0, nil
+	}
+	arrive()
+	arrive()
+	for grant := 1; grant <= 40; grant++ {
+		arrive() // two arrive for each slot freed: the backlog grows
+		arrive()
+		oldest, newest := waiting[0].id, next-1
+		held.release()
+		var got int
+		got, held = takeAny(grant)
+		want := newest
+		if grant%oldestEvery == 0 {
+			want = oldest
+		}
+		if got != want {
+			t.Fatalf("grant %d went to start %d, want %d (oldest %d, newest %d)", grant, got, want, oldest, newest)
+		}
+	}
+	for grant := 41; len(waiting) > 0; grant++ {
+		held.release()
+		_, held = takeAny(grant)
+	}
+	held.release()
+	expectStats(t, q, 0, 0)
+}
+
+// TestStartGateLeavingWhileWaitingIsImmediate: a start whose context ends
+// while it waits (its member deleted) returns at once with that error,
+// holds no slot, and leaves no trace in the queue: the next freed slot
+// goes to another start.
+func TestStartGateLeavingWhileWaitingIsImmediate(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	q := newStartGate(1, 1, 1, 0)
+	held := mustAcquire(t, q)
+	older := queueStart(context.Background(), t, q)
+	ctx, cancel := context.WithCancel(context.Background())
+	leaving := queueStart(ctx, t, q)
+	newer := queueStart(context.Background(), t, q)
+	expectStats(t, q, 1, 3)
+	begin := time.Now()
+	cancel()
+	select {
+	case r := <-leaving:
+		if !errors.Is(r.err, context.Canceled) || r.slot != nil {
+			t.Fatalf("a start whose context ended got %v, %v; want no slot and context.Canceled", r.slot, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a start whose context ended still waits")
+	}
+	if took := time.Since(begin); took > time.Second {
+		t.Errorf("leaving the queue took %s", took)
+	}
+	expectStats(t, q, 1, 2)
+	held.release()
+	held = expectGranted(t, "the newest start left", newer)
+	expectWaiting(t, "the older start", older)
+	held.release()
+	expectGranted(t, "the older start", older).release()
+	expectStats(t, q, 0, 0)
+
+	// A context that ended before the start came never queues.
+	if s, err := q.acquire(ctx, func() { t.Error("queued with its context ended") }); s != nil || !errors.Is(err, context.Canceled) {
+		t.Errorf("acquire with an ended context: %v, %v", s, err)
+	}
+	expectStats(t, q, 0, 0)
+}
+
+// TestStartGateRaces: starts from many goroutines acquire, give up
+// (contexts ending at random, some just as a slot is handed to them) and
+// release, twice some of them, and hold-expiry timers fire meanwhile. At
+// the end no slot is held and none waits. Run with -race.
+func TestStartGateRaces(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	const limit, starts = 3, 400
+	q := newStartGate(1, 2, limit, 20*time.Millisecond)
+	var granted atomic.Int32
+	var wg sync.WaitGroup
+	for i := range uint64(starts) {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(i, 7))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if r.IntN(3) == 0 {
+				time.AfterFunc(time.Duration(r.IntN(2000))*time.Microsecond, cancel)
+			}
+			s, err := q.acquire(ctx, nil)
+			if err != nil {
+				if s != nil {
+					t.Error("a start that gave up holds a slot")
+				}
+				return
+			}
+			granted.Add(1)
+			time.Sleep(time.Duration(r.IntN(300)) * time.Microsecond)
+			s.release()
+			if r.IntN(4) == 0 {
+				s.release() // a second release gives nothing back
+			}
+		})
+	}
+	wg.Wait()
+	// A slot whose hold expired lets one more start in while its holder
+	// runs on (TestStartGateNeverExceedsLimit checks the bound without
+	// expiry): what matters here is the gate's own count at the end.
+	expectStats(t, q, 0, 0)
+	if granted.Load() == 0 {
+		t.Fatal("no start ever got a slot")
+	}
+}
+
+// TestStartGateNeverExceedsLimit: with no hold expiry, at most limit
+// starts hold a slot at any instant, however they arrive and leave.
+func TestStartGateNeverExceedsLimit(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	const limit, starts = 4, 300
+	q := newStartGate(2, 1<<30, limit, 0) // the run queue always short: the limit decides
+	var inside atomic.Int32
+	var wg sync.WaitGroup
+	for i := range starts {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%50)*time.Millisecond)
+			defer cancel()
+			s, err := q.acquire(ctx, nil)
+			if err != nil {
+				return
+			}
+			if n := inside.Add(1); n > limit {
+				t.Errorf("%d starts hold a slot at once; the limit is %d", n, limit)
+			}
+			time.Sleep(100 * time.Microsecond)
+			inside.Add(-1)
+			s.release()
+		})
+	}
+	wg.Wait()
+	expectStats(t, q, 0, 0)
+}
+
+// TestStartGateHoldExpires: a start that keeps its slot past the hold
+// gives it back by itself, to the next waiting start; its own release
+// later gives nothing back twice.
+func TestStartGateHoldExpires(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	q := newStartGate(1, 1, 1, 50*time.Millisecond)
+	slow := mustAcquire(t, q)
+	next := queueStart(context.Background(), t, q)
+	s := expectGranted(t, "the start after one that held its slot too long", next)
+	expectStats(t, q, 1, 0)
+	slow.release() // expired already: nothing to give back
+	expectStats(t, q, 1, 0)
+	s.release()
+	expectStats(t, q, 0, 0)
+	test.Eventually(t, 10*time.Second, "the expired slot's timer is gone", func() bool {
+		return goleak.Find(ignore) == nil
+	})
+}
+
+// TestStartGateAdmitsWhileRunQueueShort: past the floor, starts begin
+// only while the run queue is short, and the gate looks again by itself:
+// starts waiting on the network (holding their slots, using no CPU) do
+// not hold up the others.
+func TestStartGateAdmitsWhileRunQueueShort(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	q := newStartGate(2, 2, 0, 0)
+	var runnable atomic.Int64
+	runnable.Store(100) // cores saturated
+	q.runnable = func() int { return int(runnable.Load()) }
+	a, b := mustAcquire(t, q), mustAcquire(t, q) // the floor
+	c := queueStart(context.Background(), t, q)
+	d := queueStart(context.Background(), t, q)
+	time.Sleep(20 * pollEvery) // polls look at a long run queue: none begins
+	expectWaiting(t, "a start past the floor while the cores are saturated", c)
+	expectWaiting(t, "a start past the floor while the cores are saturated", d)
+	expectStats(t, q, 2, 2)
+
+	runnable.Store(1) // a, b wait on their API servers: the cores idle
+	sc := expectGranted(t, "the newest start, once the run queue is short", d)
+	sd := expectGranted(t, "the next, at the next look", c)
+	expectStats(t, q, 4, 0)
+	for _, s := range []*startSlot{a, b, sc, sd} {
+		s.release()
+	}
+	expectStats(t, q, 0, 0)
+
+	// With a limit, a short run queue admits no more than it.
+	q = newStartGate(1, 2, 2, 0)
+	q.runnable = func() int { return 0 }
+	a, b = mustAcquire(t, q), mustAcquire(t, q)
+	c = queueStart(context.Background(), t, q)
+	time.Sleep(20 * pollEvery)
+	expectWaiting(t, "a start past the limit", c)
+	a.release()
+	expectGranted(t, "the start after one released", c).release()
+	b.release()
+	expectStats(t, q, 0, 0)
+}
+
+// TestStartGateUnbounded: a nil gate (MaxConcurrentStarts < 0) never
+// makes a start wait, and its slots' release does nothing.
+func TestStartGateUnbounded(t *testing.T) {
+	q := newStartGate(1, 1, -1, time.Second)
+	if q != nil {
+		t.Fatal("a negative limit made a gate")
+	}
+	for range 100 {
+		s, err := q.acquire(context.Background(), func() { t.Fatal("an unbounded gate made a start wait") })
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.release()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := q.acquire(ctx, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("acquire with an ended context on an unbounded gate: %v", err)
+	}
+}
