@@ -4,6 +4,8 @@ import (
 	"errors"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
 	"github.com/mccr-dev/mccr/config"
 	membermgr "github.com/mccr-dev/mccr/internal/member"
 )
@@ -138,17 +140,16 @@ type UnservedKind struct {
 	Reason string
 }
 
-// kindsReporter is a member's Manager (membermgr.Manager) as its record
-// reads it for WaitingFor and Unserved: the reports take only the member's
-// leaf locks, and OnKindsChanged tells when to read them again.
-type kindsReporter interface {
-	WaitingKinds() []string
-	UnservedKinds() []membermgr.UnservedKind
-	OnKindsChanged(func())
-}
-
-// unservedKinds is what ClusterStatus.Unserved shows of a member's report.
-func unservedKinds(kinds []membermgr.UnservedKind) []UnservedKind {
+// unservedKinds is what ClusterStatus.Unserved shows of a member's
+// Manager (nil when none runs). It takes only the member's leaf locks.
+func unservedKinds(mgr manager.Manager) []UnservedKind {
+	m, ok := mgr.(interface {
+		UnservedKinds() []membermgr.UnservedKind
+	})
+	if !ok {
+		return nil
+	}
+	kinds := m.UnservedKinds()
 	if len(kinds) == 0 {
 		return nil
 	}
