@@ -234,7 +234,10 @@ func (g *generation) attempt() (wasReady bool, err error) {
 			took := time.Since(begin)
 			g.c.ready(g, mgr, took)
 			g.log.Info("cluster ready", "took", took.Round(time.Millisecond))
-			end.wg.Go(func() { mon.Run(actx) })
+			// The attempt waits for its Monitor, which holds no
+			// goroutine between probes, to finish.
+			end.wg.Add(1)
+			mon.Start(actx, end.wg.Done)
 			return
 		}
 		if actx.Err() == nil {

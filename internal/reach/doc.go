@@ -22,7 +22,10 @@
 // RefreshGrace after the first refusal fails the member. A 401 before
 // the member runs, and a 403 on discovery, fail it at once.
 //
-// A Monitor is one start (attempt) of one member. Probes of the whole
-// fleet share a Limiter, so a fleet of thousands never has more than a
-// bounded number of probes in flight, whatever the intervals.
+// A Monitor is one start (attempt) of one member. Between probes it holds
+// no goroutine: a timer runs each probe when it is due, in the timer's own
+// goroutine, which ends with the probe; an idle fleet of thousands costs
+// no goroutine for its probes. Probes of the whole fleet share a Limiter,
+// so a fleet of thousands never has more than a bounded number of probes
+// in flight, whatever the intervals.
 package reach

@@ -51,9 +51,9 @@ type Result struct {
 }
 
 // Observer is told what a Monitor finds. Its methods are called from the
-// member's requests and from the Monitor's goroutine, at any time until
-// Run has returned and the member's Manager has stopped: they must be
-// quick and must not wait.
+// member's requests and from the Monitor's probes, at any time until the
+// Monitor has finished (Start's done) and the member's Manager has
+// stopped: they must be quick and must not wait.
 type Observer interface {
 	// Probed is told the outcome of every probe and of Check.
 	Probed(Result)
@@ -63,21 +63,22 @@ type Observer interface {
 	// Reconnected is told when, after Unreachable, a probe got an answer
 	// and the outage broke something: a request or watch of the member
 	// failed without an answer, or more than one probe went unanswered.
-	// Run returns right after: the member should restart, with fresh
-	// lists, rather than wait for its informers' retry backoff (up to 30s
-	// in client-go).
+	// The Monitor probes no more after it, and finishes: the member should
+	// restart, with fresh lists, rather than wait for its informers' retry
+	// backoff (up to 30s in client-go).
 	Reconnected()
 	// Recovered is told when, after Unreachable, the very next probe got
 	// an answer, the one it follows timed out, and no request or watch of
 	// the member failed meanwhile: one slow answer (a busy API server), its
 	// watches intact. The member
 	// is reachable again as it is; restarting it would only add a relist
-	// to the load of a server that is slow already. Run goes on.
+	// to the load of a server that is slow already. The Monitor goes on.
 	Recovered()
 	// Rejected is told when the API server rejected the member's
 	// credentials for good: its Manager could only ever see stale data.
 	// That is a 403 on discovery (which every user may read), a 401 while
-	// the member starts, or a 401 that lasted RefreshGrace (see Refused).
+	// the member starts, or a 401 that lasted RefreshGrace (see Refused);
+	// the Monitor probes no more after the last.
 	Rejected(err error)
 	// Refused is told when the API server refused the running member's
 	// credentials (401) after whatever renewal they allow on the spot (an
@@ -98,24 +99,31 @@ type Observer interface {
 
 // Monitor watches one start of one member cluster: New makes every
 // request of the member report to it, Check tells whether the member may
-// start, WatchError is the member's informers' error hook, and Run probes
-// the API server while the member runs.
+// start, WatchError is the member's informers' error hook, and Start
+// probes the API server while the member runs.
 type Monitor struct {
 	o    Options
 	obs  Observer
 	host string // redacted, for errors
 	rc   *rest.RESTClient
 
-	// running is set while Run runs: before that, the member is starting
-	// and its start's own timeouts judge it.
+	// running is set from Start until the Monitor has finished: before
+	// that, the member is starting and its start's own timeouts judge it.
 	running atomic.Bool
-	// suspect holds a wake-up for Run: a request got no answer.
-	suspect chan struct{}
 	// broken says a request or watch got no answer since the API server
 	// last answered a probe.
 	broken atomic.Bool
 	// ref is the state of a refusal of the member's credentials.
 	ref refusal
+	// sched says when the next probe runs, and runs it.
+	sched schedule
+
+	// The outage under way, if any; read and written by probes alone,
+	// which run one at a time: down since a probe went unanswered, missed
+	// probes since, and whether the last of them timed out (slow).
+	down   bool
+	missed int
+	slow   bool
 }
 
 // New returns a Monitor for the member reached through cfg. It wraps cfg's
@@ -123,7 +131,7 @@ type Monitor struct {
 // member's Manager is to be built from it) reports to the Monitor, and it
 // probes through the same connections.
 func New(cfg *rest.Config, o Options, obs Observer) (*Monitor, error) {
-	m := &Monitor{o: o, obs: obs, host: config.RedactURL(cfg.Host), suspect: make(chan struct{}, 1), ref: refusal{wake: make(chan struct{}, 1)}}
+	m := &Monitor{o: o, obs: obs, host: config.RedactURL(cfg.Host)}
 	cfg.Wrap(m.transport)
 	rc, err := restClient(cfg)
 	if err != nil {
@@ -164,7 +172,8 @@ func (m *Monitor) Check(ctx context.Context, cfg *rest.Config) ([]byte, error) {
 // WatchError sees every failed list or watch of the member's informers
 // (after the user's handler). Refused credentials (401) are a refusal (see
 // Observer.Refused); the rest is WatchFailed, and an error without an
-// answer (a restarting API server, a network blip) makes Run probe soon.
+// answer (a restarting API server, a network blip) brings the next probe
+// forward.
 func (m *Monitor) WatchError(err error) {
 	if apierrors.IsUnauthorized(err) {
 		m.refused(fmt.Errorf("credentials rejected: %w", err))
@@ -181,87 +190,60 @@ func (m *Monitor) suspectOutage() {
 		return
 	}
 	m.broken.Store(true)
-	select {
-	case m.suspect <- struct{}{}:
-	default:
-	}
+	m.sched.hurry()
 }
 
-// Run probes the API server until ctx ends, or until it answers again
-// after an outage (Reconnected). Call it once the member is Ready; it
-// returns when ctx ends.
+// Start probes the API server from now on (call it once the member is
+// Ready), until ctx ends, or until the API server answers again after an
+// outage (Reconnected) or rejects the credentials for good (Rejected). It
+// returns at once: between probes the Monitor holds no goroutine, only a
+// timer, and each probe runs in the goroutine of the timer that made it
+// due. done, if not nil, is called once, when the Monitor has finished:
+// no probe runs or will run, and no timer is left. Call Start once.
 //
 // A request that got no answer brings the next probe forward to
 // OutageInterval; if that probe is answered it was a passing blip, and
 // nothing changes.
-func (m *Monitor) Run(ctx context.Context) {
-	m.running.Store(true)
-	defer m.running.Store(false)
-	down, missed, slow := false, 0, false
-	due, periodic := m.next(false)
-	for {
-		if !m.wait(ctx, &due, &periodic) {
-			return
-		}
-		res, ok := m.probe(ctx)
-		if !ok {
-			return
-		}
-		m.obs.Probed(res)
-		if m.judge(res) {
-			return
-		}
-		switch {
-		case res.Err != nil:
-			missed++
-			slow = errors.Is(res.Err, ErrNoAnswer)
-			if !down {
-				down = true
-				m.obs.Unreachable(res.Err)
-			}
-		case down && missed == 1 && slow && !m.broken.Load():
-			down, missed = false, 0
-			m.obs.Recovered()
-		case down:
-			m.obs.Reconnected()
-			return
-		default:
-			missed = 0
-			m.broken.Store(false)
-		}
-		due, periodic = m.next(down)
-	}
+func (m *Monitor) Start(ctx context.Context, done func()) {
+	m.sched.start(ctx, m, done)
 }
 
-// wait waits until due (forever if not periodic), or until ctx ends
-// (false). A request without an answer, or refused credentials, bring due
-// forward.
-func (m *Monitor) wait(ctx context.Context, due *time.Time, periodic *bool) bool {
-	t := time.NewTimer(time.Until(*due))
-	defer t.Stop()
-	for {
-		var tick <-chan time.Time
-		if *periodic {
-			tick = t.C
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-tick:
-			return true
-		case <-m.suspect:
-		case <-m.ref.wake:
-		}
-		if soon := time.Now().Add(m.o.OutageInterval); !*periodic || soon.Before(*due) {
-			*due, *periodic = soon, true
-			t.Reset(time.Until(soon))
-		}
+// round is one probe and what it tells the Observer. It reports whether
+// the Monitor is over: ctx ended, or the member was Reconnected or
+// Rejected.
+func (m *Monitor) round(ctx context.Context) (over bool) {
+	res, ok := m.probe(ctx)
+	if !ok {
+		return true
 	}
+	m.obs.Probed(res)
+	if m.judge(res) {
+		return true
+	}
+	switch {
+	case res.Err != nil:
+		m.missed++
+		m.slow = errors.Is(res.Err, ErrNoAnswer)
+		if !m.down {
+			m.down = true
+			m.obs.Unreachable(res.Err)
+		}
+	case m.down && m.missed == 1 && m.slow && !m.broken.Load():
+		m.down, m.missed = false, 0
+		m.obs.Recovered()
+	case m.down:
+		m.obs.Reconnected()
+		return true
+	default:
+		m.missed = 0
+		m.broken.Store(false)
+	}
+	return false
 }
 
 // next is when to probe next, and whether to at all.
-func (m *Monitor) next(down bool) (time.Time, bool) {
-	if down || m.refusing() {
+func (m *Monitor) next() (time.Time, bool) {
+	if m.down || m.refusing() {
 		return time.Now().Add(m.o.OutageInterval), true
 	}
 	return time.Now().Add(m.o.Interval), m.o.Interval > 0

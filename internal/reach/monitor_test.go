@@ -20,7 +20,7 @@ import (
 // apiServer answers /version, or hangs, or fails, as told.
 type apiServer struct {
 	*httptest.Server
-	mode     atomic.Int32 // 0 answer, 1 hang, 2 answer 503
+	mode     atomic.Int32 // 0 answer, 1 hang, 2 answer 503, 3 answer 401
 	hangOnce atomic.Bool  // hang the next request only
 	latency  time.Duration
 	inFlight atomic.Int32
@@ -53,6 +53,11 @@ func newAPIServer(t *testing.T, latency time.Duration) *apiServer {
 			return
 		case 2:
 			http.Error(w, "no backend", http.StatusServiceUnavailable)
+			return
+		case 3:
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Unauthorized","code":401}`))
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -135,18 +140,35 @@ func within(t *testing.T, d time.Duration, what string, ch <-chan struct{}) time
 	}
 }
 
-// run runs m until the test ends.
+// start starts m under ctx; the channel is closed when m has finished
+// (closed twice, it panics: done is called once).
+func start(ctx context.Context, m *Monitor) <-chan struct{} {
+	done := make(chan struct{})
+	m.Start(ctx, func() { close(done) })
+	return done
+}
+
+// run starts m until the test ends, which waits for m to finish.
 func run(t *testing.T, m *Monitor) {
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); m.Run(ctx) }()
+	done := start(ctx, m)
 	t.Cleanup(func() { cancel(); <-done })
+}
+
+// finished fails t unless done is closed within d.
+func finished(t *testing.T, d time.Duration, what string, done <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("Monitor not finished within %s %s", d, what)
+	}
 }
 
 // A hung API server (connections open, no answer) is found unreachable by
 // the periodic probe alone, within Interval+Timeout; its answer after that
-// is Reconnected, and Run returns.
-func TestRunFindsAHungServerWithoutRequests(t *testing.T) {
+// is Reconnected, and the Monitor finishes.
+func TestProbesFindAHungServerWithoutRequests(t *testing.T) {
 	noLeaks(t)
 	s := newAPIServer(t, 0)
 	ev := newEvents()
@@ -155,8 +177,7 @@ func TestRunFindsAHungServerWithoutRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { defer close(done); m.Run(t.Context()) }()
+	done := start(t.Context(), m)
 	deadline := time.Now().Add(5 * time.Second)
 	for n, _, _ := ev.count(); n < 2; n, _, _ = ev.count() {
 		if time.Now().After(deadline) {
@@ -181,11 +202,7 @@ func TestRunFindsAHungServerWithoutRequests(t *testing.T) {
 	}
 	s.mode.Store(0)
 	within(t, 5*time.Second, "reconnected", ev.reconnectCh)
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not return after Reconnected")
-	}
+	finished(t, 5*time.Second, "after Reconnected", done)
 	if _, u, r := ev.count(); u != 1 || r != 1 {
 		t.Errorf("told unreachable %d, reconnected %d times; want 1, 1", u, r)
 	}
@@ -193,7 +210,7 @@ func TestRunFindsAHungServerWithoutRequests(t *testing.T) {
 
 // A server error answer (what a load balancer says for a dead backend) is
 // no answer from the API server; a stopped server refuses connections.
-func TestRunFindsServerErrorsAndRefusals(t *testing.T) {
+func TestProbesFindServerErrorsAndRefusals(t *testing.T) {
 	noLeaks(t)
 	s := newAPIServer(t, 0)
 	ev := newEvents()
@@ -224,7 +241,7 @@ func TestRunFindsServerErrorsAndRefusals(t *testing.T) {
 }
 
 // With the periodic probe off, a request without an answer still makes
-// Run probe within OutageInterval; a passing blip (the probe answers)
+// the Monitor probe within OutageInterval; a passing blip (the probe answers)
 // changes nothing.
 func TestSuspectBringsTheProbeForward(t *testing.T) {
 	noLeaks(t)
@@ -234,7 +251,7 @@ func TestSuspectBringsTheProbeForward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Before Run (the member is starting), connection errors are its
+	// Before Start (the member is starting), connection errors are its
 	// start's business.
 	m.WatchError(syscall.ECONNREFUSED)
 	run(t, m)
@@ -318,8 +335,8 @@ func TestLimiterBoundsProbesInFlight(t *testing.T) {
 // One slow answer — a single probe times out, the next is answered, and no
 // request of the member failed meanwhile — is Unreachable and then
 // Recovered, without Reconnected: the member keeps its watches and is not
-// restarted, and Run goes on probing.
-func TestRunOneSlowAnswerRecoversInPlace(t *testing.T) {
+// restarted, and the Monitor goes on probing.
+func TestOneSlowAnswerRecoversInPlace(t *testing.T) {
 	noLeaks(t)
 	s := newAPIServer(t, 0)
 	ev := newEvents()
@@ -352,11 +369,11 @@ func TestRunOneSlowAnswerRecoversInPlace(t *testing.T) {
 	if _, u, r := ev.count(); u != 5 || r != 0 {
 		t.Errorf("told unreachable %d, reconnected %d times; want 5, 0", u, r)
 	}
-	// Run still probes.
+	// The Monitor still probes.
 	n := s.probes.Load()
 	for deadline := time.Now().Add(5 * time.Second); s.probes.Load() < n+3; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("Run stopped probing after recovering")
+			t.Fatal("the Monitor stopped probing after recovering")
 		}
 	}
 }

@@ -8,14 +8,12 @@ import (
 )
 
 // refusal is a Monitor's state of refused credentials: since when the API
-// server refuses them, while Run waits RefreshGrace for them to be
+// server refuses them, while the Monitor waits RefreshGrace for them to be
 // renewed. A member's credentials are renewed where they are held, not
 // here: a refused request was already sent once more if that could help
 // (internal/credential); a probe is such a request, so each probe of a
 // refusal judges the freshest credentials the member can have.
 type refusal struct {
-	wake chan struct{} // tells Run that a refusal began
-
 	mu    sync.Mutex
 	since time.Time // zero: the credentials are not refused
 	err   error     // the first refusal's
@@ -28,10 +26,11 @@ func rejection(req *http.Request, code int) error {
 }
 
 // refused is told every refusal of the member's credentials. While the
-// member starts (before Run) it is Rejected at once: that start fails, and
-// the next one starts on whatever credentials are current then. While Run
-// runs, a refusal begins, and Run probes every OutageInterval until one
-// probe is accepted or RefreshGrace has passed (see judge).
+// member starts (before Start) it is Rejected at once: that start fails,
+// and the next one starts on whatever credentials are current then. Once
+// the Monitor is started, a refusal begins, and it probes every
+// OutageInterval until one probe is accepted or RefreshGrace has passed
+// (see judge).
 func (m *Monitor) refused(err error) {
 	if !m.running.Load() {
 		m.obs.Rejected(err)
@@ -47,10 +46,7 @@ func (m *Monitor) refused(err error) {
 		return
 	}
 	m.obs.Refused(err)
-	select {
-	case m.ref.wake <- struct{}{}:
-	default:
-	}
+	m.sched.hurry()
 }
 
 // refusing reports whether a refusal is under way.
@@ -60,10 +56,11 @@ func (m *Monitor) refusing() bool {
 	return !m.ref.since.IsZero()
 }
 
-// judge weighs a probe of Run against the refusal under way, if any: a
-// probe accepted ends it (Accepted); a probe refused RefreshGrace or more
-// after it began makes the member Rejected, and judge returns true (Run
-// returns); a probe without an answer is the outage logic's to weigh.
+// judge weighs a probe against the refusal under way, if any: a probe
+// accepted ends it (Accepted); a probe refused RefreshGrace or more after
+// it began makes the member Rejected, and judge returns true (the Monitor
+// probes no more); a probe without an answer is the outage logic's to
+// weigh.
 func (m *Monitor) judge(res Result) (rejected bool) {
 	m.ref.mu.Lock()
 	since, err := m.ref.since, m.ref.err

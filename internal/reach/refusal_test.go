@@ -111,7 +111,7 @@ func get(t *testing.T, cfg *rest.Config, path string) int {
 // A running member whose credentials are refused is told Refused, not
 // Rejected: it is probed every OutageInterval, and once its credentials
 // are accepted again (renewed where they are held) it is told Accepted
-// and runs on, its Run still probing.
+// and runs on, its Monitor still probing.
 func TestRefusalRenewedInPlace(t *testing.T) {
 	noLeaks(t)
 	s := newAuthServer(t, "one")
@@ -141,7 +141,7 @@ func TestRefusalRenewedInPlace(t *testing.T) {
 	// Renewed where it is held: what the member sends is accepted.
 	s.accept.Store(ptr("one"))
 	eventually(t, "accepted", func() bool { _, a, _ := ev.counts(); return a == 1 })
-	// Run goes on, at its own pace again.
+	// The Monitor goes on, at its own pace again.
 	if r, _, rej := ev.counts(); r != 1 || rej != 0 {
 		t.Errorf("told refused %d, rejected %d times; want 1, 0", r, rej)
 	}
@@ -154,8 +154,8 @@ func TestRefusalRenewedInPlace(t *testing.T) {
 }
 
 // Credentials refused for RefreshGrace, every probe meanwhile refused, are
-// Rejected, and Run returns; the error says what was refused and for how
-// long, and nothing of the token.
+// Rejected, and the Monitor finishes; the error says what was refused and
+// for how long, and nothing of the token.
 func TestRefusalLastingTheGraceRejects(t *testing.T) {
 	noLeaks(t)
 	s := newAuthServer(t, "secret-token-one")
@@ -165,8 +165,7 @@ func TestRefusalLastingTheGraceRejects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { defer close(done); m.Run(t.Context()) }()
+	done := start(t.Context(), m)
 	waitRunning(t, m)
 	s.accept.Store(ptr("other"))
 	begin := time.Now()
@@ -177,11 +176,7 @@ func TestRefusalLastingTheGraceRejects(t *testing.T) {
 		t.Fatal("not rejected")
 	}
 	took := time.Since(begin)
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not return after Rejected")
-	}
+	finished(t, 5*time.Second, "after Rejected", done)
 	if took < grace {
 		t.Errorf("rejected after %s, before the grace of %s", took, grace)
 	}
@@ -194,7 +189,7 @@ func TestRefusalLastingTheGraceRejects(t *testing.T) {
 	}
 }
 
-// Before Run (the member starts), a refusal is Rejected at once: the
+// Before Start (the member starts), a refusal is Rejected at once: the
 // start fails, and the next starts on whatever credentials are current.
 // A 403 on discovery is Rejected at once whatever the phase.
 func TestRefusedWhileStartingRejectsAtOnce(t *testing.T) {
@@ -296,7 +291,7 @@ func ptr(s string) *string { return &s }
 
 func waitRunning(t *testing.T, m *Monitor) {
 	t.Helper()
-	eventually(t, "Run running", m.running.Load)
+	eventually(t, "the Monitor running", m.running.Load)
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {
