@@ -13,8 +13,13 @@
 // backoffs. Lists and the opening of watches are requests that may take a
 // while: each runs in a goroutine of its own that hands the outcome back.
 // What a watching informer costs is its watch: the HTTP/2 stream's
-// goroutine and client-go's decoder of the stream. A pump ends once its
-// last informer has stopped.
+// goroutine and the reader of the stream. A Runner's informer reads its
+// stream itself where the HTTP client's transport hands it over
+// (TakeWatch): a goroutine per event that waits for the event's first
+// bytes on the smallest stack and holds no buffer meanwhile, where
+// client-go's decoder keeps the stack and buffers it grew to while
+// decoding the initial list (see take.go and stream.go). A pump ends once
+// its last informer has stopped.
 //
 // The list-and-watch loop is client-go's reflector's, taken apart into
 // steps: the initial list streamed through the watch that follows it

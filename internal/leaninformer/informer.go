@@ -94,6 +94,7 @@ type Informer struct {
 	clock         clock.Clock
 	pool          *pool         // where its pump comes from
 	runner        *Runner       // set for an informer that runs detached
+	family        *family       // how its watch streams are read here; nil: by client-go (take.go)
 	synced        chan struct{} // closed once the store holds the first list
 	released      chan struct{} // closed once its pump has let it go, after it stopped
 

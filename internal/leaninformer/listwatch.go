@@ -68,6 +68,12 @@ type runState struct {
 	resync clock.Timer // the next resync check, while the informer is past its list
 
 	list listState
+
+	// slot receives the stream of the watch being opened (take.go).
+	slot takeSlot
+	// untaken is set once the ListerWatcher turned out to do more with
+	// client-go's watch than reading it: its streams are left to it.
+	untaken bool
 }
 
 // listState is what a list remembers for the next, as client-go's
@@ -78,12 +84,18 @@ type listState struct {
 }
 
 func newRunState(ctx context.Context, i *Informer, logger klog.Logger) *runState {
-	return &runState{
+	st := &runState{
 		i:            i,
-		ctx:          ctx,
 		logger:       logger,
 		onWatchError: i.onWatchError,
 	}
+	if i.runner != nil {
+		// The informer's requests say whose they are (RunnerContext,
+		// TakeWatch).
+		ctx = context.WithValue(ctx, runKey{}, st)
+	}
+	st.ctx = ctx
+	return st
 }
 
 // start begins the informer's first list, unless it was stopped before its
@@ -229,7 +241,7 @@ func (st *runState) dial(relist bool, list listState) connectResult {
 	res.rv = i.LastSyncResourceVersion()
 	timeout := int64((minWatchTimeout + time.Duration(rand.Int64N(int64(minWatchTimeout)))).Seconds()) //nolint:gosec // G404: spreads the watches' ends, no secret
 	res.start = i.clock.Now()
-	w, err := i.lw.WatchWithContext(st.ctx, metav1.ListOptions{
+	w, err := st.openWatch(metav1.ListOptions{
 		ResourceVersion:     res.rv,
 		TimeoutSeconds:      &timeout,
 		AllowWatchBookmarks: true,

@@ -24,21 +24,28 @@ import (
 // uses a Runner stops the informers of a removed kind itself (StopWhere),
 // and stops the Runner when it stops.
 type Runner struct {
+	parent context.Context // the one it was made with, for RunnerContext
 	ctx    context.Context
 	cancel context.CancelFunc
+	scheme *runtime.Scheme
 
 	mu        sync.Mutex
 	stopped   bool
 	informers []*Informer // started, and not yet done with
 }
 
-// NewRunner returns a Runner whose informers stop when ctx ends.
-func NewRunner(ctx context.Context) *Runner {
-	ctx, cancel := context.WithCancel(ctx)
-	r := &Runner{ctx: ctx, cancel: cancel}
+// NewRunner returns a Runner whose informers stop when ctx ends, with
+// the default options.
+func NewRunner(ctx context.Context) *Runner { return NewRunnerWithOptions(ctx, RunnerOptions{}) }
+
+// NewRunnerWithOptions returns a Runner whose informers stop when ctx
+// ends.
+func NewRunnerWithOptions(ctx context.Context, opts RunnerOptions) *Runner {
+	runCtx, cancel := context.WithCancel(ctx)
+	r := &Runner{parent: ctx, ctx: runCtx, cancel: cancel, scheme: opts.Scheme}
 	// One watch of the context for all the informers: each stops its own
 	// pump's work (Informer.Stop).
-	context.AfterFunc(ctx, r.stopAll)
+	context.AfterFunc(runCtx, r.stopAll)
 	return r
 }
 
@@ -56,8 +63,15 @@ func (r *Runner) stopAll() {
 // New returns an informer that runs detached, with New's signature.
 func (r *Runner) New(lw toolscache.ListerWatcher, exampleObject runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
 	i := newInformer(lw, exampleObject, resync, indexers, clock.RealClock{})
-	i.runner = r
+	r.own(i)
 	return i
+}
+
+// own makes i run detached under r, reading its watch streams where it
+// can (see take.go). Called before i starts.
+func (r *Runner) own(i *Informer) {
+	i.runner = r
+	i.family = familyOf(i.example, r.scheme)
 }
 
 // add records a starting informer, and reports false if the Runner has
@@ -122,7 +136,7 @@ func (r *Runner) Adopt(inf toolscache.SharedIndexInformer) bool {
 			if v.started || (v.runner != nil && v.runner != r) {
 				return false
 			}
-			v.runner = r
+			r.own(v)
 			return true
 		case interface {
 			Unwrap() toolscache.SharedIndexInformer

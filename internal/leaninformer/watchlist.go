@@ -65,7 +65,7 @@ func (st *runState) streamInto(ls *listState) (watch.Interface, time.Time, error
 		}
 		timeout := int64((minWatchTimeout + time.Duration(rand.Int64N(int64(minWatchTimeout)))).Seconds()) //nolint:gosec // G404: spreads the watches' ends, no secret
 		start := i.clock.Now()
-		w, err := i.lw.WatchWithContext(st.ctx, metav1.ListOptions{
+		w, err := st.openWatch(metav1.ListOptions{
 			ResourceVersion:      rv,
 			ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
 			SendInitialEvents:    ptr.To(true),

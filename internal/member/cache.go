@@ -72,7 +72,14 @@ func newSyncNotifyingCache(lifetime context.Context, next cache.NewCacheFunc, fo
 		lifetime = context.Background()
 	}
 	return func(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
-		runner := leaninformer.NewRunner(lifetime)
+		scheme := opts.Scheme
+		if scheme == nil {
+			scheme = clientgoscheme.Scheme // cache.New's default too
+		}
+		// The informers read their watch streams themselves, decoding
+		// typed objects with the cache's scheme (leaninformer.TakeWatch,
+		// called by the member's transport).
+		runner := leaninformer.NewRunnerWithOptions(lifetime, leaninformer.RunnerOptions{Scheme: scheme})
 		tracker := &syncinformer.Tracker{}
 		newInformer := opts.NewInformer
 		if newInformer == nil {
@@ -90,10 +97,6 @@ func newSyncNotifyingCache(lifetime context.Context, next cache.NewCacheFunc, fo
 		c, err := next(cfg, opts)
 		if err != nil {
 			return nil, err
-		}
-		scheme := opts.Scheme
-		if scheme == nil {
-			scheme = clientgoscheme.Scheme // cache.New's default too
 		}
 		return &syncNotifyingCache{
 			Cache: c, lifetime: lifetime, forbidden: forbidden,

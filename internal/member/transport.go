@@ -14,6 +14,7 @@ import (
 
 	"github.com/mccr-dev/mccr/client"
 	"github.com/mccr-dev/mccr/internal/credential"
+	"github.com/mccr-dev/mccr/internal/leaninformer"
 	"github.com/mccr-dev/mccr/internal/syncinformer"
 	"github.com/mccr-dev/mccr/internal/writegrace"
 )
@@ -98,9 +99,12 @@ func isWatch(req *http.Request) bool {
 // watch's stream among them) when the member's lifetime ends, whatever the
 // request's own context; writes get a grace first (see writeRoundTrip).
 //
-// The requests of the cache's informers keep their own context, which ends
-// when the informer stops (see syncinformer.InformerRun): a context derived
-// from it would cost a goroutine per request. Their bodies (a watch's
+// The requests of the cache's own informers (leaninformer's, run by the
+// cache's Runner) end when the lifetime does, their context being derived
+// from it: they are sent as they are (leanRoundTrip). Those of informers
+// that controller-runtime runs keep their own context, which ends when the
+// informer stops (see syncinformer.InformerRun): a context derived from it
+// would cost a goroutine per request. Their bodies (a watch's
 // stream) are closed when the lifetime ends, and once it has ended they are
 // refused; a request of theirs still waiting for its answer then ends when
 // the informer stops, which the member's cache does before its Manager's
@@ -126,6 +130,9 @@ var (
 )
 
 func (t *lifetimeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if rc := leaninformer.RunnerContext(req.Context()); rc != nil && rc.Done() == t.lifetime.Done() {
+		return t.leanRoundTrip(req)
+	}
 	if syncinformer.InformerRun(req.Context()) {
 		return t.informerRoundTrip(req)
 	}
@@ -141,6 +148,23 @@ func (t *lifetimeTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		return nil, err
 	}
 	resp.Body = &releasingBody{ReadCloser: resp.Body, release: func() { stop(); cancel(nil) }}
+	return resp, nil
+}
+
+// leanRoundTrip sends a request of an informer of the member's cache's
+// Runner, whose context ends when the lifetime does (the Runner's is
+// derived from it): x/net ends the request and its stream then, and
+// nothing needs to watch the lifetime for it. The stream of a watch is
+// handed to the informer, which reads it itself (leaninformer.TakeWatch).
+func (t *lifetimeTransport) leanRoundTrip(req *http.Request) (*http.Response, error) {
+	if t.lifetime.Err() != nil {
+		return nil, errStoppedBeforeRequest
+	}
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	resp, _ = leaninformer.TakeWatch(req, resp)
 	return resp, nil
 }
 

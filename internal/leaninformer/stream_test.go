@@ -1,0 +1,493 @@
+package leaninformer
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	goruntime "runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+)
+
+// takingTransport hands the watch streams of a Runner's informers to them,
+// as a member's transport does, and counts those it handed over.
+type takingTransport struct {
+	next  http.RoundTripper
+	takes *atomic.Int32
+	off   bool // hands nothing over: client-go reads every stream
+}
+
+func (t takingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	if err != nil || t.off {
+		return resp, err
+	}
+	resp, taken := TakeWatch(req, resp)
+	if taken {
+		t.takes.Add(1)
+	}
+	return resp, nil
+}
+
+// streamServer is an HTTP/2 API server of ConfigMaps in namespace testNS
+// that only watches: each watch request is answered by script, which
+// writes the stream (protobuf or JSON, as the server is made) and ends it
+// by returning.
+type streamServer struct {
+	srv    *httptest.Server
+	json   bool
+	script func(sw *streamWriter, n int, q url.Values)
+
+	mu       sync.Mutex
+	requests []url.Values
+}
+
+func newStreamServer(t *testing.T, asJSON bool, script func(sw *streamWriter, n int, q url.Values)) *streamServer {
+	t.Helper()
+	s := &streamServer{json: asJSON, script: script}
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	s.srv.EnableHTTP2 = true
+	s.srv.StartTLS()
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *streamServer) serve(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if q.Get("watch") != "true" {
+		http.Error(w, "only watches here", http.StatusNotFound)
+		return
+	}
+	s.mu.Lock()
+	s.requests = append(s.requests, q)
+	n := len(s.requests)
+	s.mu.Unlock()
+	ct := "application/vnd.kubernetes.protobuf;stream=watch"
+	if s.json {
+		ct = "application/json"
+	}
+	w.Header().Set("Content-Type", ct)
+	w.WriteHeader(http.StatusOK)
+	sw := &streamWriter{w: w, rc: http.NewResponseController(w), json: s.json, done: r.Context().Done()}
+	sw.flush()
+	s.script(sw, n, q)
+}
+
+func (s *streamServer) watches() []url.Values {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]url.Values(nil), s.requests...)
+}
+
+// client returns a ListerWatcher of ConfigMaps on the server, through a
+// REST client as controller-runtime makes one for typed objects, whose
+// transport hands the watch streams over unless off.
+func (s *streamServer) client(t *testing.T, off bool) (toolscache.ListerWatcher, *atomic.Int32) {
+	t.Helper()
+	cfg := &rest.Config{
+		Host:            s.srv.URL,
+		TLSClientConfig: rest.TLSClientConfig{CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.srv.Certificate().Raw})},
+		ContentConfig: rest.ContentConfig{
+			GroupVersion:         &corev1.SchemeGroupVersion,
+			ContentType:          kruntime.ContentTypeProtobuf,
+			NegotiatedSerializer: serializer.WithoutConversionCodecFactory{CodecFactory: serializer.NewCodecFactory(scheme.Scheme)},
+		},
+		APIPath: "/api",
+	}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	takes := &atomic.Int32{}
+	hc.Transport = takingTransport{next: hc.Transport, takes: takes, off: off}
+	t.Cleanup(hc.CloseIdleConnections)
+	rc, err := rest.RESTClientForConfigAndClient(cfg, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return toolscache.NewListWatchFromClient(rc, "configmaps", testNS, fields.Everything()), takes
+}
+
+// streamWriter writes one watch stream.
+type streamWriter struct {
+	w    http.ResponseWriter
+	rc   *http.ResponseController
+	json bool
+	done <-chan struct{} // the client went away
+}
+
+func (sw *streamWriter) flush() { _ = sw.rc.Flush() }
+
+// write writes b and flushes it.
+func (sw *streamWriter) write(b []byte) {
+	_, _ = sw.w.Write(b)
+	sw.flush()
+}
+
+// frame is the encoded event, framed.
+func (sw *streamWriter) frame(typ watch.EventType, obj kruntime.Object) []byte {
+	if sw.json {
+		raw, err := json.Marshal(obj)
+		if err != nil {
+			panic(err)
+		}
+		ev, err := json.Marshal(metav1.WatchEvent{Type: string(typ), Object: kruntime.RawExtension{Raw: raw}})
+		if err != nil {
+			panic(err)
+		}
+		return append(ev, '\n')
+	}
+	var raw bytes.Buffer
+	if err := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(obj, &raw); err != nil {
+		panic(err)
+	}
+	ev := metav1.WatchEvent{Type: string(typ), Object: kruntime.RawExtension{Raw: raw.Bytes()}}
+	b, err := ev.Marshal()
+	if err != nil {
+		panic(err)
+	}
+	return append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...) //nolint:gosec // G115: a test's events are small
+}
+
+func (sw *streamWriter) event(typ watch.EventType, obj kruntime.Object) { sw.write(sw.frame(typ, obj)) }
+
+// initial writes the initial events of a watch-list: an add of each object,
+// then the bookmark that ends them, at rv.
+func (sw *streamWriter) initial(rv string, objs ...*corev1.ConfigMap) {
+	for _, o := range objs {
+		sw.event(watch.Added, o)
+	}
+	sw.event(watch.Bookmark, &corev1.ConfigMap{
+		TypeMeta:   configMapType,
+		ObjectMeta: metav1.ObjectMeta{ResourceVersion: rv, Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}},
+	})
+}
+
+// hold keeps the stream open until the client goes away.
+func (sw *streamWriter) hold() { <-sw.done }
+
+var configMapType = metav1.TypeMeta{Kind: "ConfigMap", APIVersion: "v1"}
+
+func cm(name, rv string, data map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{TypeMeta: configMapType, ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name, ResourceVersion: rv}, Data: data}
+}
+
+func statusObject(err apierrors.APIStatus) *metav1.Status {
+	s := err.Status()
+	s.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+	return &s
+}
+
+// streamInformer runs an informer of ConfigMaps of a Runner (whose Stop
+// the test's cleanup waits for) on lw, with a recorder and an error log.
+func streamInformer(t *testing.T, lw toolscache.ListerWatcher) (*Informer, *recorder, *errorLog, *Runner) {
+	t.Helper()
+	r := NewRunnerWithOptions(context.Background(), RunnerOptions{Scheme: scheme.Scheme})
+	t.Cleanup(r.Stop)
+	inf := r.New(lw, &corev1.ConfigMap{}, 0, toolscache.Indexers{}).(*Informer)
+	log := &errorLog{}
+	if err := inf.SetWatchErrorHandlerWithContext(log.handler); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder("stream")
+	rec.register(t, inf, nil)
+	inf.RunWithContext(context.Background())
+	return inf, rec, log, r
+}
+
+// goroutinesIn counts the goroutines whose stack names fn.
+func goroutinesIn(fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := goruntime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, fn) {
+			count++
+		}
+	}
+	return count
+}
+
+// TestStreamReadHere: a Runner's informer whose transport hands it its
+// watch stream reads it itself, protobuf and JSON: the initial list, then
+// events that arrive a few bytes at a time or several in one write, with
+// quotes, braces and escapes in their strings. While it waits, the watch
+// costs one goroutine of this package and none of client-go's decoder.
+func TestStreamReadHere(t *testing.T) {
+	for _, asJSON := range []bool{false, true} {
+		t.Run(map[bool]string{false: "protobuf", true: "json"}[asJSON], func(t *testing.T) {
+			ignore := goleak.IgnoreCurrent()
+			tricky := map[string]string{"v": `a "quoted" {brace} [bracket] \ back\slash \" }`, "u": "é ✓"}
+			more := make(chan struct{})
+			srv := newStreamServer(t, asJSON, func(sw *streamWriter, n int, _ url.Values) {
+				if n > 1 {
+					sw.hold()
+					return
+				}
+				sw.initial("3", cm("a", "1", tricky), cm("b", "2", nil))
+				select {
+				case <-more:
+				case <-sw.done:
+					return
+				}
+				// One event a few bytes at a time, then two in one write.
+				f := sw.frame(watch.Modified, cm("a", "4", map[string]string{"v": "}{"}))
+				for k := 0; k < len(f); k += 3 {
+					sw.write(f[k:min(k+3, len(f))])
+				}
+				sw.write(append(sw.frame(watch.Added, cm("c", "5", tricky)), sw.frame(watch.Deleted, cm("b", "6", nil))...))
+				sw.hold()
+			})
+			lw, takes := srv.client(t, false)
+			inf, rec, log, r := streamInformer(t, lw)
+			waitFor(t, 5*time.Second, "the informer to sync", inf.HasSynced)
+			if got, _, _ := inf.GetStore().GetByKey(testNS + "/a"); got == nil || got.(*corev1.ConfigMap).Data["v"] != tricky["v"] {
+				t.Errorf("stored %v, want data %v", got, tricky)
+			}
+			close(more)
+			waitFor(t, 5*time.Second, "the handler to get every event", func() bool {
+				return rec.matches(map[string]string{testNS + "/a": "4", testNS + "/c": "5"})
+			})
+			rec.noProblems(t)
+			if got := takes.Load(); got != 1 {
+				t.Errorf("%d streams handed over, want 1", got)
+			}
+			if errs, _ := log.snapshot(); len(errs) > 0 {
+				t.Errorf("watch errors: %v", errs)
+			}
+			waitFor(t, 5*time.Second, "client-go's watch on the empty body to end", func() bool {
+				return goroutinesIn("watch.(*StreamWatcher).receive") == 0
+			})
+			if got := goroutinesIn("leaninformer.(*streamWatch).receive"); got != 1 {
+				t.Errorf("%d goroutines wait for the next event, want 1", got)
+			}
+			r.Stop()
+			srv.srv.Close()
+			goleak.VerifyNone(t, ignore)
+		})
+	}
+}
+
+// TestStreamCutMidFrame: a stream that ends in the middle of an event ends
+// the watch as a dropped connection does: quietly, the half event is not
+// delivered, and (after a whole event: a watch that ends without one
+// within a second counts as failed) the watch is opened again from the
+// last version seen, without a list; the event comes whole on the new
+// watch.
+func TestStreamCutMidFrame(t *testing.T) {
+	for _, asJSON := range []bool{false, true} {
+		t.Run(map[bool]string{false: "protobuf", true: "json"}[asJSON], func(t *testing.T) {
+			srv := newStreamServer(t, asJSON, func(sw *streamWriter, n int, _ url.Values) {
+				switch n {
+				case 1:
+					sw.initial("3", cm("a", "1", nil))
+					sw.event(watch.Modified, cm("a", "4", nil))
+					f := sw.frame(watch.Modified, cm("a", "5", map[string]string{"v": "half"}))
+					sw.write(f[:len(f)/2])
+				case 2:
+					sw.event(watch.Modified, cm("a", "5", map[string]string{"v": "whole"}))
+					sw.hold()
+				default:
+					sw.hold()
+				}
+			})
+			lw, takes := srv.client(t, false)
+			inf, rec, log, _ := streamInformer(t, lw)
+			waitFor(t, 5*time.Second, "the event to come on the second watch", func() bool {
+				return rec.matches(map[string]string{testNS + "/a": "5"})
+			})
+			rec.noProblems(t)
+			if got, _, _ := inf.GetStore().GetByKey(testNS + "/a"); got.(*corev1.ConfigMap).Data["v"] != "whole" {
+				t.Errorf("stored %v, want the whole event's", got)
+			}
+			w := srv.watches()
+			if len(w) != 2 || w[1].Get("resourceVersion") != "4" || w[1].Get("sendInitialEvents") != "" {
+				t.Errorf("watches %v, want a second one from version 4 without the initial events", w)
+			}
+			if errs, _ := log.snapshot(); len(errs) > 0 {
+				t.Errorf("watch errors: %v", errs)
+			}
+			if got := takes.Load(); got != 2 {
+				t.Errorf("%d streams handed over, want 2", got)
+			}
+		})
+	}
+}
+
+// TestStreamErrorEvents: an error event (410 Expired, a 500) ends the
+// watch as client-go's reflector ends it: a new list follows (here the
+// streamed list of a watch-list), which replaces the store.
+func TestStreamErrorEvents(t *testing.T) {
+	for name, status := range map[string]*metav1.Status{
+		"expired":  statusObject(apierrors.NewResourceExpired("too old resource version: 1 (3)")),
+		"internal": statusObject(apierrors.NewInternalError(errTest)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := newStreamServer(t, false, func(sw *streamWriter, n int, _ url.Values) {
+				switch n {
+				case 1:
+					sw.initial("3", cm("a", "1", nil), cm("b", "2", nil))
+					sw.event(watch.Error, status)
+				case 2:
+					sw.initial("7", cm("a", "5", nil))
+					sw.hold()
+				default:
+					sw.hold()
+				}
+			})
+			lw, _ := srv.client(t, false)
+			inf, rec, _, _ := streamInformer(t, lw)
+			waitFor(t, 10*time.Second, "the relist to replace the store", func() bool {
+				return rec.matches(map[string]string{testNS + "/a": "5"}) && len(inf.GetStore().ListKeys()) == 1
+			})
+			w := srv.watches()
+			if len(w) != 2 || w[1].Get("sendInitialEvents") != "true" {
+				t.Errorf("watches %v, want a watch-list after the error", w)
+			}
+		})
+	}
+}
+
+var errTest = errors.New("test failure")
+
+// TestStreamLargeObjects: an object of a few MiB is read whole; an event
+// announced larger than client-go reads (16 MiB) ends the watch with an
+// error event, without the informer allocating for it, and a list
+// follows.
+func TestStreamLargeObjects(t *testing.T) {
+	big := strings.Repeat("x", 3<<20)
+	srv := newStreamServer(t, false, func(sw *streamWriter, n int, _ url.Values) {
+		switch n {
+		case 1:
+			sw.initial("3", cm("a", "1", map[string]string{"big": big}))
+			sw.write(binary.BigEndian.AppendUint32(nil, maxFrame+1))
+			sw.hold()
+		case 2:
+			sw.initial("7", cm("a", "5", nil))
+			sw.hold()
+		default:
+			sw.hold()
+		}
+	})
+	lw, _ := srv.client(t, false)
+	inf, rec, _, _ := streamInformer(t, lw)
+	waitFor(t, 5*time.Second, "the large object", func() bool {
+		got, _, _ := inf.GetStore().GetByKey(testNS + "/a")
+		return got != nil && (got.(*corev1.ConfigMap).Data["big"] == big || got.(*corev1.ConfigMap).ResourceVersion == "5")
+	})
+	waitFor(t, 10*time.Second, "the relist after the event too large", func() bool {
+		return rec.matches(map[string]string{testNS + "/a": "5"})
+	})
+	if w := srv.watches(); len(w) != 2 {
+		t.Errorf("%d watches, want 2", len(w))
+	}
+	if s := rec.snapshot(); s.initial != 1 || s.updates != 1 {
+		t.Errorf("%d initial adds and %d updates, want the large object, then its relist", s.initial, s.updates)
+	}
+}
+
+// TestStreamStopMidFrame: an informer stopped while its reader waits in
+// the middle of an event stops at once, and leaves no goroutine.
+func TestStreamStopMidFrame(t *testing.T) {
+	for _, asJSON := range []bool{false, true} {
+		t.Run(map[bool]string{false: "protobuf", true: "json"}[asJSON], func(t *testing.T) {
+			ignore := goleak.IgnoreCurrent()
+			srv := newStreamServer(t, asJSON, func(sw *streamWriter, _ int, _ url.Values) {
+				sw.initial("3", cm("a", "1", nil))
+				f := sw.frame(watch.Modified, cm("a", "4", nil))
+				sw.write(f[:len(f)-5])
+				sw.hold()
+			})
+			lw, _ := srv.client(t, false)
+			inf, _, _, r := streamInformer(t, lw)
+			waitFor(t, 5*time.Second, "the informer to sync", inf.HasSynced)
+			time.Sleep(20 * time.Millisecond) // the reader is past the event's first bytes by now, or soon
+			stopped := make(chan struct{})
+			go func() {
+				r.Stop()
+				close(stopped)
+			}()
+			select {
+			case <-stopped:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the Runner did not stop within 5s")
+			}
+			srv.srv.Close()
+			goleak.VerifyNone(t, ignore)
+		})
+	}
+}
+
+// TestStreamOfWrappedWatch: a ListerWatcher that does something with
+// client-go's watch (here, a filter) keeps its watch: the stream handed
+// over is given back to client-go by opening the watch again, once, and
+// every later watch is left to client-go; nothing is lost.
+func TestStreamOfWrappedWatch(t *testing.T) {
+	srv := newStreamServer(t, false, func(sw *streamWriter, n int, _ url.Values) {
+		switch n {
+		case 1:
+			sw.initial("3", cm("lost", "1", nil))
+			sw.hold()
+		case 2:
+			sw.initial("3", cm("a", "1", nil), cm("filtered", "2", nil))
+			sw.hold()
+		default:
+			sw.hold()
+		}
+	})
+	lw, takes := srv.client(t, false)
+	filtered := &toolscache.ListWatch{
+		ListWithContextFunc: lw.(*toolscache.ListWatch).ListWithContextFunc,
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			w, err := lw.(toolscache.ListerWatcherWithContext).WatchWithContext(ctx, opts)
+			if err != nil {
+				return nil, err
+			}
+			return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+				cm, ok := e.Object.(*corev1.ConfigMap)
+				return e, !ok || cm.Name != "filtered"
+			}), nil
+		},
+	}
+	inf, rec, _, _ := streamInformer(t, filtered)
+	waitFor(t, 5*time.Second, "the informer to sync", inf.HasSynced)
+	if keys := inf.GetStore().ListKeys(); len(keys) != 1 || keys[0] != testNS+"/a" {
+		t.Errorf("stored %v, want what the filtered watch delivers", keys)
+	}
+	if !rec.matches(map[string]string{testNS + "/a": "1"}) {
+		t.Errorf("handler state %v", rec)
+	}
+	if got := takes.Load(); got != 1 {
+		t.Errorf("%d streams handed over, want the first only", got)
+	}
+}
