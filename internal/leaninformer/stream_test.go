@@ -21,14 +21,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/mccr-dev/mccr/test"
 )
 
 // takingTransport hands the watch streams of a Runner's informers to them,
@@ -490,4 +496,127 @@ func TestStreamOfWrappedWatch(t *testing.T) {
 	if got := takes.Load(); got != 1 {
 		t.Errorf("%d streams handed over, want the first only", got)
 	}
+}
+
+// TestStreamsOfControllerRuntimeCache: the informers of a
+// controller-runtime cache on a real API server read their streams here,
+// for each client the cache watches with: typed objects (protobuf), a
+// CRD's objects unstructured (JSON, the dynamic client) and metadata-only
+// objects (protobuf, the metadata client), which get their kind set as
+// controller-runtime's own watch sets it. No client-go decoder is left
+// running.
+func TestStreamsOfControllerRuntimeCache(t *testing.T) {
+	t.Parallel()
+	f, err := test.Start(test.Options{}, "streams")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	cfg := f.Cluster("streams").Config
+	if err := test.InstallCRDObjects(cfg, test.OpenCRD("stream.mccr.dev", "Widget", true)); err != nil {
+		t.Fatal(err)
+	}
+	const ns = "streams"
+	widgetGVK := schema.GroupVersionKind{Group: "stream.mccr.dev", Version: "v1", Kind: "Widget"}
+	admin, err := crclient.New(cfg, crclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	widget := func(name string, spec map[string]any) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+		u.SetGroupVersionKind(widgetGVK)
+		u.SetNamespace(ns)
+		u.SetName(name)
+		return u
+	}
+	for _, o := range []crclient.Object{
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "before"}, Data: map[string]string{"k": `"{v}"`}},
+		widget("before", map[string]any{"text": `a "quoted" {brace}`}),
+	} {
+		if err := admin.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	takes := &atomic.Int32{}
+	hc.Transport = takingTransport{next: hc.Transport, takes: takes}
+	t.Cleanup(hc.CloseIdleConnections)
+	r := NewRunnerWithOptions(context.Background(), RunnerOptions{Scheme: scheme.Scheme})
+	t.Cleanup(r.Stop)
+	c, err := crcache.New(cfg, crcache.Options{HTTPClient: hc, Scheme: scheme.Scheme, NewInformer: r.New})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cacheCtx, stopCache := context.WithCancel(context.Background())
+	cacheDone := make(chan error, 1)
+	go func() { cacheDone <- c.Start(cacheCtx) }()
+	t.Cleanup(func() {
+		stopCache()
+		if err := <-cacheDone; err != nil {
+			t.Error(err)
+		}
+	})
+	metaCM := &metav1.PartialObjectMetadata{}
+	metaCM.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	uWidget := &unstructured.Unstructured{}
+	uWidget.SetGroupVersionKind(widgetGVK)
+	for _, o := range []crclient.Object{&corev1.ConfigMap{}, uWidget, metaCM} {
+		if _, err := c.GetInformer(ctx, o); err != nil {
+			t.Fatalf("informer of %T: %v", o, err)
+		}
+	}
+	for _, o := range []crclient.Object{
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "after"}},
+		widget("after", map[string]any{"n": int64(1)}),
+	} {
+		if err := admin.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := func(name string) crclient.ObjectKey { return crclient.ObjectKey{Namespace: ns, Name: name} }
+	waitFor(t, 10*time.Second, "the cache to hold what was created after its start", func() bool {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(widgetGVK)
+		m := &metav1.PartialObjectMetadata{}
+		m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+		return c.Get(ctx, key("after"), &corev1.ConfigMap{}) == nil && c.Get(ctx, key("after"), u) == nil && c.Get(ctx, key("after"), m) == nil
+	})
+	got := &corev1.ConfigMap{}
+	if err := c.Get(ctx, key("before"), got); err != nil || got.Data["k"] != `"{v}"` {
+		t.Errorf("typed ConfigMap %v (%v), want its data", got, err)
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(widgetGVK)
+	if err := c.Get(ctx, key("before"), u); err != nil || u.Object["spec"].(map[string]any)["text"] != `a "quoted" {brace}` {
+		t.Errorf("Widget %v (%v), want its spec", u, err)
+	}
+	// Objects straight from the metadata informer's store: the kind is the
+	// watch's doing, not the cache reader's.
+	mi, err := c.GetInformer(ctx, metaCM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range mi.(toolscache.SharedIndexInformer).GetStore().List() {
+		if gvk := o.(*metav1.PartialObjectMetadata).GroupVersionKind(); gvk.Kind != "ConfigMap" {
+			t.Errorf("metadata-only object %s has kind %v, want ConfigMap", o.(*metav1.PartialObjectMetadata).Name, gvk)
+		}
+	}
+	if n := takes.Load(); n < 3 {
+		t.Errorf("%d streams handed over, want the three informers'", n)
+	}
+	waitFor(t, 5*time.Second, "client-go's watches on empty bodies to end", func() bool {
+		return goroutinesIn("watch.(*StreamWatcher).receive") == 0
+	})
 }
