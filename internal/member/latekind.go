@@ -102,6 +102,10 @@ func (w *waiter) add(d int) {
 // kindSet counts the sources waiting for each kind. Its lock is a leaf: it
 // is never held while calling out. A nil *kindSet is empty.
 type kindSet struct {
+	// hook is told when a kind joins or leaves the set (set by Build,
+	// before the set is used).
+	hook *kindsHook
+
 	mu    sync.Mutex
 	kinds map[string]int
 }
@@ -113,9 +117,14 @@ func (s *kindSet) add(kind string, d int) {
 		return
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	_, was := s.kinds[kind]
 	if s.kinds[kind] += d; s.kinds[kind] <= 0 {
 		delete(s.kinds, kind)
+	}
+	_, is := s.kinds[kind]
+	s.mu.Unlock()
+	if was != is {
+		s.hook.changed()
 	}
 }
 

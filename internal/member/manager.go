@@ -158,6 +158,9 @@ type Manager struct {
 	waiting *kindSet
 	// unserved are the kinds the member does not serve (nil without Build).
 	unserved *unservedKinds
+	// kinds tells OnKindsChanged's function that waiting or unserved
+	// changed (nil without Build).
+	kinds *kindsHook
 	// writes are the member's writes in flight, which its stop waits for
 	// (bounded by their grace; nil without Build).
 	writes *writesInFlight
@@ -279,9 +282,14 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 	if err := opts.Scope.Validate(); err != nil {
 		return nil, fmt.Errorf("scope from %s: %w", opts.ScopeSource, err)
 	}
+	// Every report of kinds tells kinds when it changes (OnKindsChanged).
+	kinds := &kindsHook{}
 	forbidden := syncinformer.NewKinds()
+	forbidden.OnChange(kinds.changed)
 	unserved := newUnservedKinds(forbidden, opts.Scope, opts.ScopeSource, opts.Logger)
+	unserved.hook = kinds
 	waiting := newKindSet()
+	waiting.hook = kinds
 	writes := newWritesInFlight(writeGrace(opts.GracefulShutdownTimeout))
 	memberHC, mapperHC, err := httpClients(lifetime, cfg, opts.CompressWatches, writes)
 	if err != nil {
@@ -330,6 +338,7 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 	m.writes = writes
 	m.creds = opts.Credentials
 	m.unserved = unserved
+	m.kinds = kinds
 	return m, nil
 }
 

@@ -70,6 +70,9 @@ type unservedKinds struct {
 	scope     config.Scope
 	source    string
 	log       logr.Logger
+	// hook is told when the report changes (set by Build, before use;
+	// forbidden tells it of its own changes).
+	hook *kindsHook
 
 	mu sync.Mutex
 	// outside are the kinds refused for the scope. A member runs one scope
@@ -103,6 +106,7 @@ func (u *unservedKinds) refuse(kind string) error {
 	u.outside[kind] = struct{}{}
 	u.mu.Unlock()
 	if !seen {
+		u.hook.changed()
 		u.log.Info("kind is cluster-scoped and outside the cluster's scope: not watched; its controller waits while the others run",
 			"kind", kind, "scope", u.scope.String(), "source", u.source)
 	}
@@ -115,9 +119,14 @@ func (u *unservedKinds) name(desc, gvk string) {
 		return
 	}
 	u.mu.Lock()
-	defer u.mu.Unlock()
-	if _, ok := u.names[desc]; !ok {
+	_, known := u.names[desc]
+	if !known {
 		u.names[desc] = gvk
+	}
+	u.mu.Unlock()
+	// A forbidden kind is reported by the name learned here.
+	if !known && u.forbidden.Has(desc) {
+		u.hook.changed()
 	}
 }
 

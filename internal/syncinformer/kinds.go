@@ -20,6 +20,7 @@ type Kinds struct {
 	mu       sync.Mutex
 	set      map[string]struct{}
 	changed  chan struct{} // closed and replaced on every change
+	onChange func()        // called after every change, unlocked
 }
 
 // NewKinds returns an empty set.
@@ -52,6 +53,19 @@ func (f *Kinds) Changes() <-chan struct{} {
 	return f.changed
 }
 
+// OnChange makes fn called after every change of the set, with the set's
+// lock released (fn may read the set), on the goroutine that changed it;
+// nil stops the calls. For an owner that keeps a report of the set and has
+// no goroutine to wait on Changes.
+func (f *Kinds) OnChange(fn func()) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.onChange = fn
+}
+
 // Forbid adds kind to the set.
 func (f *Kinds) Forbid(kind string) { f.update(kind, true) }
 
@@ -63,8 +77,8 @@ func (f *Kinds) update(kind string, forbidden bool) {
 		return
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if _, ok := f.set[kind]; ok == forbidden {
+		f.mu.Unlock()
 		return
 	}
 	if forbidden {
@@ -75,4 +89,9 @@ func (f *Kinds) update(kind string, forbidden bool) {
 	f.nonEmpty.Store(len(f.set) > 0)
 	close(f.changed)
 	f.changed = make(chan struct{})
+	fn := f.onChange
+	f.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
 }
