@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -23,8 +25,11 @@ import (
 //  1. cluster.mu, one per cluster name: its desired config, its live
 //     generation, its status, route and metric series.
 //  2. run.mu: whether the fleet may start generations now.
-//  3. registry.mu (the Server's lock), the router's lock and the fleet
-//     feed's lock: leaves. Nothing is called while one of them is held.
+//  3. registry.mu (the Server's lock), the router's lock, the fleet
+//     feed's lock and memberOrder.viewMu (where a record publishes its
+//     status for Statuses): leaves. Nothing is called while one of them is
+//     held. memberOrder.mu, Statuses' own, is taken by no record; it is held
+//     while looking records up in the registry.
 //
 // No user code (reconciler setups, IndexField, discovery, anything that may
 // touch the network) runs under any of them: generations run setups in
@@ -44,14 +49,28 @@ type cluster struct {
 	log    logr.Logger
 	series clusterSeries
 
+	// pub is the status as last published: Status and Statuses read it
+	// without taking mu (see publishLocked). Nil while the name is not
+	// desired.
+	pub atomic.Pointer[published]
+	// slot is the record's place in the view of the registry's
+	// memberOrder, and stale (guarded by the order's viewMu) says the view
+	// may lack its last published status.
+	slot  atomic.Int64
+	stale bool
+
 	mu      sync.Mutex
 	desired *config.NamedConfig // nil once deleted
 	fp      fingerprints
 	gen     *generation // running or stopping; nil when none
 	run     *run        // the fleet's current run; nil while the fleet does not run
-	status  ClusterStatus
-	mgr     manager.Manager // the live generation's Manager while Ready
-	dead    bool            // removed from the registry; every operation retries
+	// status is what publishLocked publishes. Its map and slices are
+	// replaced, never changed in place, and never handed out: shared
+	// holds the copies of them that Statuses hands out.
+	status ClusterStatus
+	shared statusParts
+	mgr    manager.Manager // the live generation's Manager while Ready
+	dead   bool            // removed from the registry; every operation retries
 	// local says this replica may run the name: always without sharding;
 	// with it, while this replica holds the cluster's lease (own/disown).
 	local bool
@@ -89,6 +108,7 @@ const (
 func (c *cluster) describeLocked(nc *config.NamedConfig) {
 	c.status.Source = nc.Source
 	c.status.Properties = maps.Clone(nc.Properties)
+	c.shared.properties = maps.Clone(nc.Properties)
 }
 
 // add sets the config of a cluster that is not desired yet (new, or
@@ -96,7 +116,7 @@ func (c *cluster) describeLocked(nc *config.NamedConfig) {
 // a no-op; another one is ErrClusterExists.
 func (c *cluster) add(nc *config.NamedConfig, fp fingerprints) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.publishUnlock()
 	switch {
 	case c.dead:
 		return errDead
@@ -133,7 +153,7 @@ func (c *cluster) add(nc *config.NamedConfig, fp fingerprints) error {
 // caches and watches untouched (see swapLocked).
 func (c *cluster) update(nc *config.NamedConfig, fp fingerprints) (stopped <-chan struct{}, how updated, err error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.publishUnlock()
 	if err := c.knownLocked(); err != nil || c.fp.all == fp.all {
 		return nil, updatedNothing, err
 	}
@@ -181,11 +201,12 @@ func (c *cluster) swapLocked(nc *config.NamedConfig) bool {
 // returned channel closes once it has stopped (nil when nothing ran).
 func (c *cluster) remove() (<-chan struct{}, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.publishUnlock()
 	if err := c.knownLocked(); err != nil {
 		return nil, err
 	}
 	c.desired, c.fp = nil, fingerprints{}
+	c.publishLocked() // gone from Status before it is told as left
 	if c.gen == nil {
 		c.retireLocked()
 		c.env.feed.publish(memberState{name: c.name, left: true})
@@ -241,7 +262,7 @@ func (c *cluster) ensureLocked() {
 // stopped: the name may now run the next generation, or be forgotten.
 func (c *cluster) exited(g *generation) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.publishUnlock()
 	if c.gen != g {
 		return
 	}
@@ -262,7 +283,7 @@ func (c *cluster) exited(g *generation) {
 // lease now).
 func (c *cluster) own() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.publishUnlock()
 	if c.dead || c.local {
 		return
 	}
@@ -280,7 +301,7 @@ func (c *cluster) own() {
 // of the name runs here any more.
 func (c *cluster) disown(owner string) <-chan struct{} {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.publishUnlock()
 	c.local = false
 	c.status.Owner = owner
 	if c.desired != nil {
@@ -339,16 +360,102 @@ func (c *cluster) known() bool {
 	return c.desired != nil
 }
 
-func (c *cluster) snapshot() (ClusterStatus, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	st := c.status
-	st.Properties = maps.Clone(st.Properties)
-	if m, ok := c.mgr.(interface{ WaitingKinds() []string }); ok {
-		st.WaitingFor = m.WaitingKinds()
+// Publishing. Status and Statuses read a member's status without its lock:
+// a fleet's worth of locks, copies of maps and questions to Managers on
+// every call would cost milliseconds at thousands of members. Instead the
+// record publishes its status, a value nobody changes once published,
+// whenever it changes: every method that changes status (or desired) ends
+// with publishUnlock, and a change that an event announces is published
+// before the event (setPhaseLocked, remove). What comes from the member's
+// Manager (WaitingFor, Unserved) is read when the Manager says it changed
+// (followKindsLocked), not on every call.
+
+// published is a member's status as its record published it. Nothing
+// changes it afterwards, and every reader shares it.
+type published struct {
+	// status is the status as Statuses hands it out: its map and slices
+	// are the record's shared copies, which every caller of Statuses gets
+	// (a copy of each per member and call would cost more than the rest of
+	// a fleet-wide call).
+	status ClusterStatus
+	// own are the record's own map and slices, never handed out: Status
+	// copies them, so that nothing a caller does to what Statuses shared
+	// reaches Status, ClusterProperties or the record.
+	own statusParts
+}
+
+// statusParts are the map and slices of a ClusterStatus.
+type statusParts struct {
+	properties map[string]string
+	waitingFor []string
+	unserved   []UnservedKind
+}
+
+// copied is the status for Status: its map and slices the caller's own.
+func (p *published) copied() ClusterStatus {
+	st := p.status
+	st.Properties = maps.Clone(p.own.properties)
+	st.WaitingFor = slices.Clone(p.own.waitingFor)
+	st.Unserved = slices.Clone(p.own.unserved)
+	return st
+}
+
+// published returns the status as last published, nil when the name is
+// not desired.
+func (c *cluster) published() *published { return c.pub.Load() }
+
+// publishLocked publishes the status as it stands.
+func (c *cluster) publishLocked() {
+	var p *published
+	if c.desired != nil {
+		p = &published{status: c.status, own: statusParts{c.status.Properties, c.status.WaitingFor, c.status.Unserved}}
+		p.status.Properties, p.status.WaitingFor, p.status.Unserved = c.shared.properties, c.shared.waitingFor, c.shared.unserved
 	}
-	st.Unserved = unservedKinds(c.mgr)
-	return st, c.desired != nil
+	c.reg.order.put(c, p)
+}
+
+// publishUnlock publishes the status and releases the lock.
+func (c *cluster) publishUnlock() {
+	c.publishLocked()
+	c.mu.Unlock()
+}
+
+// followKindsLocked reads what the live Manager (c.mgr, nil when none)
+// reports of the kinds it does not serve, and has it read again each time
+// the Manager says that changed. A Manager replaced or gone is told to stop
+// saying so, and its late word is ignored.
+func (c *cluster) followKindsLocked(old manager.Manager) {
+	if old != c.mgr {
+		if k, ok := old.(kindsReporter); ok {
+			k.OnKindsChanged(nil)
+		}
+		if k, ok := c.mgr.(kindsReporter); ok {
+			mgr := c.mgr
+			k.OnKindsChanged(func() { c.kindsChanged(mgr) })
+		}
+	}
+	c.readKindsLocked()
+}
+
+// kindsChanged is told by mgr that its reports of kinds changed.
+func (c *cluster) kindsChanged(mgr manager.Manager) {
+	c.mu.Lock()
+	if c.mgr != mgr {
+		c.mu.Unlock()
+		return
+	}
+	defer c.publishUnlock()
+	c.readKindsLocked()
+}
+
+func (c *cluster) readKindsLocked() {
+	c.status.WaitingFor, c.status.Unserved = nil, nil
+	if k, ok := c.mgr.(kindsReporter); ok {
+		c.status.WaitingFor = k.WaitingKinds()
+		c.status.Unserved = unservedKinds(k.UnservedKinds())
+	}
+	c.shared.waitingFor = slices.Clone(c.status.WaitingFor)
+	c.shared.unserved = slices.Clone(c.status.Unserved)
 }
 
 // The methods below are how a generation reports; each ignores a
@@ -357,7 +464,7 @@ func (c *cluster) snapshot() (ClusterStatus, bool) {
 
 func (c *cluster) setPhase(g *generation, p Phase, err error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.publishUnlock()
 	c.setPhaseLocked(g, p, err)
 }
 
@@ -376,6 +483,7 @@ func (c *cluster) setPhaseLocked(g *generation, p Phase, err error) {
 		c.status.LastError = config.RedactError(err)
 	}
 	c.series.phase(p)
+	c.publishLocked() // the event below finds it in Status
 	// A deleted cluster was told as left; its last phases are not news.
 	if changed && c.desired != nil {
 		st := memberState{name: c.name, phase: p, err: c.status.LastError}
@@ -390,12 +498,14 @@ func (c *cluster) setPhaseLocked(g *generation, p Phase, err error) {
 // calls aimed at the cluster; ready adds it to fleet-wide readiness.
 func (c *cluster) route(g *generation, cl crclient.Client, ready bool) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.publishUnlock()
 	if g != c.gen || cl != nil && g.stopping() {
 		return
 	}
-	if cl == nil {
+	if cl == nil && c.mgr != nil {
+		old := c.mgr
 		c.mgr = nil
+		c.followKindsLocked(old)
 	}
 	switch {
 	case c.desired == nil:
@@ -408,13 +518,15 @@ func (c *cluster) route(g *generation, cl crclient.Client, ready bool) {
 
 func (c *cluster) ready(g *generation, mgr manager.Manager, took time.Duration) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.publishUnlock()
 	if g != c.gen || g.stopping() {
 		return
 	}
 	c.status.LastError, c.status.NextRetry = nil, time.Time{}
 	c.status.TimeToReady = took
+	old := c.mgr
 	c.mgr = mgr // before the phase: the feed tells Ready with the Manager
+	c.followKindsLocked(old)
 	// The route first: a subscriber told Ready finds the member served.
 	c.env.routes.Set(c.name, mgr.GetClient(), true)
 	c.setPhaseLocked(g, PhaseReady, nil)
@@ -423,7 +535,7 @@ func (c *cluster) ready(g *generation, mgr manager.Manager, took time.Duration) 
 
 func (c *cluster) unreachable(g *generation, err error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.publishUnlock()
 	if g != c.gen || g.stopping() {
 		return
 	}
@@ -436,7 +548,7 @@ func (c *cluster) unreachable(g *generation, err error) {
 // server answers, and nothing of it broke meanwhile.
 func (c *cluster) recovered(g *generation) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.publishUnlock()
 	if g != c.gen || g.stopping() || c.status.Phase != PhaseUnreachable {
 		return
 	}
@@ -447,7 +559,7 @@ func (c *cluster) recovered(g *generation) {
 
 func (c *cluster) failed(g *generation, err error, retryIn time.Duration) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.publishUnlock()
 	if g != c.gen || g.stopping() {
 		return
 	}
@@ -459,7 +571,7 @@ func (c *cluster) failed(g *generation, err error, retryIn time.Duration) {
 
 func (c *cluster) restarted(g *generation) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.publishUnlock()
 	if g != c.gen {
 		return
 	}
@@ -470,7 +582,7 @@ func (c *cluster) restarted(g *generation) {
 // recordError keeps err as the last error without changing the phase.
 func (c *cluster) recordError(g *generation, err error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.publishUnlock()
 	if g == c.gen {
 		c.status.LastError = config.RedactError(err)
 	}
@@ -532,6 +644,9 @@ func (r *run) close() {
 type registry struct {
 	mu       sync.Mutex
 	clusters map[string]*cluster
+	// order keeps the records' published statuses in the order of their
+	// names, for Statuses.
+	order memberOrder
 }
 
 func (r *registry) get(name string) *cluster {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/internal/fleetz"
+	"github.com/mccr-dev/mccr/internal/reach"
 )
 
 // unstartedServer is a Server that is never started: Add only records the
@@ -72,9 +73,7 @@ func TestFleetPageReadsTheClusterRecords(t *testing.T) {
 	// A probe that found no answer, as the reachability probe records it.
 	probedAt := time.Now().Add(-3 * time.Second)
 	quoted := srv.clusters.get(names[1])
-	quoted.mu.Lock()
-	quoted.status.Reachable, quoted.status.LastProbe, quoted.status.ProbeLatency = false, probedAt, 5*time.Second
-	quoted.mu.Unlock()
+	quoted.probed(nil, reach.Result{At: probedAt, Took: 5 * time.Second, Err: errors.New("no answer")})
 	clusterSeries{name: names[0]}.reconciled("widgets", "success", time.Millisecond)
 	clusterSeries{name: names[0]}.reconciled("widgets", "error", time.Millisecond)
 	h := &fleetPage{s: srv}

@@ -89,7 +89,7 @@ func (o reachObserver) WatchFailed(err error) { o.g.c.recordError(o.g, err) }
 // probed records a probe of the live generation's API server.
 func (c *cluster) probed(g *generation, r reach.Result) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.publishUnlock()
 	if g != c.gen || c.dead {
 		return
 	}

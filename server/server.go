@@ -71,7 +71,6 @@ type Server struct {
 	feed     fleetFeed
 	setups   setupList
 	clusters registry
-	order    memberOrder  // the records in the order of their names, for Statuses
 	shard    *coordinator // with sharding
 	// claims decides which watcher feeds each name; its lock comes before
 	// any cluster's (see cluster.go).
@@ -453,11 +452,12 @@ func (s *Server) WithClient(name string, fn func(crclient.Client) error) error {
 // ClusterNames returns the names of every member, Ready or not, sorted.
 func (s *Server) ClusterNames() []string { return s.routes.Names() }
 
-// Status returns one member's status, or ErrClusterNotFound.
+// Status returns one member's status, or ErrClusterNotFound. Its map and
+// slices are the caller's own.
 func (s *Server) Status(name string) (ClusterStatus, error) {
 	if c := s.clusters.get(name); c != nil {
-		if st, ok := c.snapshot(); ok {
-			return st, nil
+		if p := c.published(); p != nil {
+			return p.copied(), nil
 		}
 	}
 	return ClusterStatus{}, fmt.Errorf("cluster %q: %w", name, ErrClusterNotFound)
@@ -479,20 +479,15 @@ func (s *Server) ClusterProperties(ctx context.Context) (map[string]string, erro
 	return st.Properties, nil
 }
 
-// Statuses returns every member's status, sorted by name.
+// Statuses returns every member's status, sorted by name. Their maps and
+// slices (Properties, WaitingFor, Unserved) are shared with every other
+// caller of Statuses: read them, and copy them before changing them (see
+// ClusterStatus). Status returns copies of its own.
 func (s *Server) Statuses() []ClusterStatus {
 	// In the order of the fan-out client's sorted names (see memberOrder):
 	// sorting the statuses, or looking every name up, on each call would
-	// cost it a sort, or a lookup, of the whole fleet.
-	records := s.order.of(s.routes.SortedNames(), &s.clusters)
-	out := make([]ClusterStatus, 0, len(records))
-	for _, c := range records {
-		if c == nil {
-			continue
-		}
-		if st, ok := c.snapshot(); ok {
-			out = append(out, st)
-		}
-	}
-	return out
+	// cost it a sort, or a lookup, of the whole fleet. Each status is the
+	// one its record published last, copied from the order's view: no
+	// member's lock is taken.
+	return s.clusters.order.statuses(s.routes.SortedNames(), &s.clusters)
 }

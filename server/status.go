@@ -4,8 +4,6 @@ import (
 	"errors"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-
 	"github.com/mccr-dev/mccr/config"
 	membermgr "github.com/mccr-dev/mccr/internal/member"
 )
@@ -72,6 +70,14 @@ const (
 )
 
 // ClusterStatus is a member cluster's state as the Server sees it.
+//
+// The Server publishes it whenever it changes, so Status and Statuses
+// read it without asking the member. Status gives the caller its own
+// copies of Properties, WaitingFor and Unserved. Statuses gives every
+// caller the same ones: read them, and copy them before changing them (a
+// copy of each for every member on every call would cost more than the rest
+// of the call). What a caller does to them never reaches what Status,
+// ClusterProperties or the Server itself hold.
 type ClusterStatus struct {
 	// Name is the cluster's name.
 	Name string
@@ -81,7 +87,7 @@ type ClusterStatus struct {
 	// not this one ("" when this replica runs it, or none does yet).
 	Owner string
 	// Properties are what its source says about it (config.NamedConfig.
-	// Properties); a copy.
+	// Properties): from Status a copy, from Statuses shared (read-only).
 	Properties map[string]string
 	// Phase and when it was entered.
 	Phase Phase
@@ -140,16 +146,17 @@ type UnservedKind struct {
 	Reason string
 }
 
-// unservedKinds is what ClusterStatus.Unserved shows of a member's
-// Manager (nil when none runs). It takes only the member's leaf locks.
-func unservedKinds(mgr manager.Manager) []UnservedKind {
-	m, ok := mgr.(interface {
-		UnservedKinds() []membermgr.UnservedKind
-	})
-	if !ok {
-		return nil
-	}
-	kinds := m.UnservedKinds()
+// kindsReporter is a member's Manager (membermgr.Manager) as its record
+// reads it for WaitingFor and Unserved: the reports take only the member's
+// leaf locks, and OnKindsChanged tells when to read them again.
+type kindsReporter interface {
+	WaitingKinds() []string
+	UnservedKinds() []membermgr.UnservedKind
+	OnKindsChanged(func())
+}
+
+// unservedKinds is what ClusterStatus.Unserved shows of a member's report.
+func unservedKinds(kinds []membermgr.UnservedKind) []UnservedKind {
 	if len(kinds) == 0 {
 		return nil
 	}
