@@ -116,6 +116,10 @@ func (st *runState) take(resp *http.Response) (*http.Response, bool) {
 	s.stream = ts
 	placeholder := *resp
 	placeholder.Body = http.NoBody
+	// x/net keeps the response it returned for as long as the stream
+	// lasts, and reads its header no more: the header map (some 0.6 KiB
+	// per watch) goes with the placeholder once client-go has read it.
+	resp.Header = nil
 	return &placeholder, true
 }
 
