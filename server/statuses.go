@@ -1,6 +1,9 @@
 package server
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // memberOrder keeps, for Statuses, the members' records in the order of
 // their names and a copy of their published statuses in that order (the
@@ -9,18 +12,16 @@ import "sync"
 // per member, more than all the rest of a call at 10,000 members.
 //
 // The fan-out client's table keeps the names sorted, in a list it shares
-// until a name comes or goes; the records are looked up once per such list,
-// not on every call. A record routes its name while its member is desired
-// and removes the route before it retires, so a name's record can change
-// only along with the list: the records looked up for a list are its
-// records for as long as the table serves that list.
+// until a name comes or goes; the view follows one such list, and a new
+// list makes a new view (build). A record routes its name while its member
+// is desired and removes the route before it retires, so a name's record
+// can change only along with the list.
 //
 // Records keep the view up to date themselves: each status a record
 // publishes (its phases, probes every few seconds, kinds) is written into
 // its slot of the view (put). A record without a slot in the view (its
-// name is not in the view's list yet), or one that publishes while a new
-// view is being built, is marked stale instead, and the next call copies
-// its status then.
+// name is not in the view's list) is marked stale instead, and the next
+// call copies its status then, if the list it serves has the name.
 //
 // Locks: mu is Statuses' own, held while it looks records up in the
 // registry (no record waits for it). viewMu is a leaf, which records take
@@ -30,36 +31,53 @@ type memberOrder struct {
 	mu    sync.Mutex
 	names []string // the list the view was built for
 
-	viewMu   sync.Mutex
-	records  []*cluster      // by name; nil for a name without a record
-	view     []ClusterStatus // records[i]'s status as published, when shown[i]
-	shown    []bool          // records[i] has a published status (is desired)
-	hidden   int             // how many are not shown
-	building bool            // a new view is being built from the records
-	stale    []*cluster      // records whose status the view may lack
-	spare    []*cluster      // the other buffer of stale, reused
+	viewMu  sync.Mutex
+	slots   []string        // names, for records looking their slot up
+	records []*cluster      // by name; nil for a name without a record
+	view    []ClusterStatus // records[i]'s status as published, when shown[i]
+	shown   []bool          // records[i] has a published status (is desired)
+	hidden  int             // how many are not shown
+	stale   []*cluster      // records whose status the view may lack
+	spare   []*cluster      // the other buffer of stale, reused
 
-	// testBuilt, when set, is called by build between reading the
-	// records' statuses and putting the new view in place.
+	// testBuilt, when set, is called by build once it has read the
+	// statuses of the names new to the view, before it takes the others
+	// from the old view.
 	testBuilt func()
 }
 
 // put publishes p as c's status (nil: c is not desired): stores it for
 // Status, and writes it into c's slot of the view or marks c stale, both
-// under viewMu, so that a view not being built always holds the last
-// status of each of its records that is not marked. Called by c under its
-// lock.
+// under viewMu, so that the view always holds the last status of each of
+// its records that is not marked. Called by c under its lock.
 func (o *memberOrder) put(c *cluster, p *published) {
 	o.viewMu.Lock()
 	defer o.viewMu.Unlock()
 	c.pub.Store(p)
-	i := int(c.slot.Load())
-	placed := i < len(o.records) && o.records[i] == c
-	if placed {
+	if i := o.slotLocked(c); i >= 0 {
 		o.setLocked(i, p)
+		return
 	}
-	// A view being built may have read c's status before this one.
-	if (!placed || o.building) && !c.stale {
+	o.markLocked(c)
+}
+
+// slotLocked returns c's slot in the view, -1 when c has none. The slot a
+// record last had (c.slot) is tried first: it changes only as names before
+// it come or go.
+func (o *memberOrder) slotLocked(c *cluster) int {
+	if i := int(c.slot.Load()); i < len(o.records) && o.records[i] == c {
+		return i
+	}
+	i, found := slices.BinarySearch(o.slots, c.name)
+	if !found || o.records[i] != c {
+		return -1
+	}
+	c.slot.Store(int64(i))
+	return i
+}
+
+func (o *memberOrder) markLocked(c *cluster) {
+	if !c.stale {
 		c.stale = true
 		o.stale = append(o.stale, c)
 	}
@@ -104,40 +122,79 @@ func (o *memberOrder) statuses(names []string, reg *registry) []ClusterStatus {
 	return out
 }
 
-// build makes the view of names: looks their records up and copies their
-// statuses, without holding viewMu, then puts the new view in place of
-// the old. Records that publish meanwhile are marked stale (put), and
-// caught up with once it is in place.
+// build makes the view of names. A name the old view has keeps its record
+// and status from there, which its record has kept up to date (a record
+// shown there is desired, so it is the name's record still); the others
+// are looked up in the registry, their statuses read from their records.
+// Only the latter touches records, and no lock of the view is held
+// meanwhile: a record new to the view that publishes meanwhile is marked
+// stale, and caught up with by the call.
 func (o *memberOrder) build(names []string, reg *registry) {
-	o.viewMu.Lock()
-	o.building = true
-	o.viewMu.Unlock()
-	records := make([]*cluster, len(names))
-	view := make([]ClusterStatus, len(names))
-	shown := make([]bool, len(names))
-	hidden := 0
+	n := len(names)
+	records := make([]*cluster, n)
+	view := make([]ClusterStatus, n)
+	shown := make([]bool, n)
+	// from[i] is names[i]'s slot in the old view, -1 when it has none.
+	// Both lists are sorted, and share the strings of the names they have
+	// in common.
+	from := make([]int, n)
+	j := 0
 	for i, name := range names {
-		c := reg.get(name)
-		records[i] = c
-		var p *published
-		if c != nil {
-			c.slot.Store(int64(i))
-			p = c.published()
+		for j < len(o.names) && o.names[j] != name && o.names[j] < name {
+			j++
 		}
-		if shown[i] = p != nil; shown[i] {
-			view[i] = p.status
-		} else {
-			hidden++
+		if j < len(o.names) && o.names[j] == name {
+			from[i] = j
+			j++
+			continue
+		}
+		from[i] = -1
+		if c := reg.get(name); c != nil {
+			records[i] = c
+			c.slot.Store(int64(i))
+			if p := c.published(); p != nil {
+				view[i], shown[i] = p.status, true
+			}
 		}
 	}
 	if o.testBuilt != nil {
 		o.testBuilt()
 	}
+	var lookUp []int // names whose old slot shows nothing: looked up again
 	o.viewMu.Lock()
-	o.records, o.view, o.shown, o.hidden = records, view, shown, hidden
-	o.building = false
+	for i, j := range from {
+		switch {
+		case j < 0:
+		case o.shown[j]:
+			records[i], view[i], shown[i] = o.records[j], o.view[j], true
+		default:
+			lookUp = append(lookUp, i)
+		}
+	}
+	hidden := 0
+	for _, ok := range shown {
+		if !ok {
+			hidden++
+		}
+	}
+	o.slots, o.records, o.view, o.shown, o.hidden = names, records, view, shown, hidden
 	o.viewMu.Unlock()
 	o.names = names
+	// Rare: a name routed just before its record first published, or whose
+	// record was not desired when last seen (it may have retired since).
+	// Looked up without viewMu held, as above; its slot is filled when the
+	// record is caught up with.
+	for _, i := range lookUp {
+		c := reg.get(names[i])
+		if c == nil {
+			continue
+		}
+		c.slot.Store(int64(i))
+		o.viewMu.Lock()
+		o.records[i] = c
+		o.markLocked(c)
+		o.viewMu.Unlock()
+	}
 }
 
 // catchUpLocked copies the statuses of the records marked stale into the
@@ -148,7 +205,7 @@ func (o *memberOrder) catchUpLocked() {
 	o.stale, o.spare = o.spare, nil
 	for _, c := range stale {
 		c.stale = false
-		if i := int(c.slot.Load()); i < len(o.records) && o.records[i] == c {
+		if i := o.slotLocked(c); i >= 0 {
 			o.setLocked(i, c.published())
 		}
 	}

@@ -640,7 +640,8 @@ func sameStatus(a, b ClusterStatus) bool {
 // the wall time per call it reports the median CPU time of the calling
 // thread per call (µs-cpu-p50), which a busy machine inflates less.
 // Statuses/after-probes has every member probed again between two calls,
-// as a caller that reads the fleet every 5 s or more finds it.
+// as a caller that reads the fleet every 5 s or more finds it, and
+// Statuses/after-add-and-delete a member added and another deleted.
 func BenchmarkStatuses(b *testing.B) {
 	const n = 10000
 	srv := recordFleet(b, n)
@@ -658,6 +659,19 @@ func BenchmarkStatuses(b *testing.B) {
 		benchCalls(b, func() {
 			for _, c := range records {
 				c.probed(nil, reach.Result{At: time.Now(), Took: time.Millisecond})
+			}
+		}, statuses)
+	})
+	b.Run("Statuses/after-add-and-delete", func(b *testing.B) {
+		// Two new lists of names: one more member, then one fewer.
+		nc := config.NewNamedConfig("cluster-05000-extra", &rest.Config{Host: "https://127.0.0.1:1"})
+		benchCalls(b, func() {
+			if err := srv.Add(nc); err != nil {
+				b.Fatal(err)
+			}
+			srv.Statuses()
+			if err := srv.Delete(nc.Name); err != nil {
+				b.Fatal(err)
 			}
 		}, statuses)
 	})
