@@ -75,3 +75,18 @@ BenchmarkFleet/clusters=1000/endpoints=distinct/mccr-2 1 1 ns/op 13.00 goroutine
 		t.Errorf("a row for a figure no run reported:\n%s", got)
 	}
 }
+
+// A line a benchmark logged right after its name (go test prints the name
+// first when the benchmark writes to its log) is not a result.
+func TestParseSkipsLogLines(t *testing.T) {
+	in := "pkg: example.com/p\n" +
+		"BenchmarkA-2   \tE1126 12:00:00.000 event.go:1] \"x\" 0 UTC, 0 UTC,Series:nil\n" +
+		"BenchmarkA-2   \t       1\t   5 ns/op\t  7 ms-x\n"
+	order, _, err := parse(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(order) != 1 || len(order[0].vals["ns/op"]) != 1 || len(order[0].units) != 2 {
+		t.Fatalf("parsed %+v, want one series with one run of ns/op and ms-x", order[0])
+	}
+}

@@ -63,8 +63,15 @@ func parse(r io.Reader) (order []*series, cpu string, err error) {
 		case strings.HasPrefix(line, "pkg: "):
 			pkg = strings.TrimPrefix(line, "pkg: ")
 		case strings.HasPrefix(line, "Benchmark"):
+			// A result line is the name, the iterations, then value and
+			// unit pairs; a log line the benchmark printed after its name
+			// (go test writes the name first when the benchmark logs) is
+			// not one.
 			f := strings.Fields(line)
 			if len(f) < 4 {
+				continue
+			}
+			if _, err := strconv.Atoi(f[1]); err != nil {
 				continue
 			}
 			name := trimProcs(f[0])
