@@ -2,101 +2,66 @@ package server
 
 import (
 	"context"
-	"math"
-	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// startGate decides when a member's start may begin its CPU-heavy part:
-// the reachability check (dial, TLS handshake), building the Manager and
-// running setups, and the initial lists up to synced caches. Without it, a
-// fleet registered at once starts every member together: thousands of
-// goroutines doing handshakes and decoding lists share the cores, so each
-// start takes as long as the whole burst, and anything else that needs the
-// CPU meanwhile (one more member's start, a Delete's stopping member) waits
-// behind all of them in the scheduler's run queue.
+// startGate bounds how many members' starts are in their CPU-heavy part
+// at once: the reachability check (dial, TLS handshake), building the
+// Manager and running setups, and the initial lists up to synced caches.
+// It exists only when Options.MaxConcurrentStarts is positive; without it
+// (the default) a fleet registered at once starts every member together,
+// which finishes the whole registration soonest. What the bound buys is
+// latency for a member added during such a burst: it waits for a few
+// starts, not for all of them.
 //
-// A start holds a slot while it runs. One slot per core (floor) is always
-// handed out; beyond that a start begins only while the process's run
-// queue is short (fewer goroutines waiting for a core than there are
-// cores), looked at as slots free and every pollEvery while starts wait.
-// So the cores stay busy, however much of a start is spent waiting on the
-// network (a slow link keeps many starts in flight, a fast one few), and
-// whatever must run next waits behind a short queue. An optional limit
-// (Options.MaxConcurrentStarts) also bounds the slots held.
+// A start holds one of limit slots while it runs; a freed slot goes to a
+// waiting start at once.
 //
 // Order. The newest waiting start gets a free slot first, so that a member
 // added while a large backlog waits (one more cluster joining during a
-// mass registration or a restart of the fleet) starts in milliseconds, not
-// after the backlog: the backlog takes as long either way, since the gate
-// only reorders work that fills the cores anyway. So that newest-first
-// starves nothing, every oldestEvery-th slot goes to the oldest waiting
-// start instead: the oldest always makes progress, whatever keeps
-// arriving.
+// mass registration or a restart of the fleet) starts after about limit
+// starts, not after the backlog. So that newest-first starves nothing,
+// every oldestEvery-th slot goes to the oldest waiting start instead: the
+// oldest always makes progress, whatever keeps arriving.
 //
 // A start keeps its slot until its caches have synced, it ends, or it has
 // held the slot for hold, whichever comes first: a start taking longer is
 // waiting on something other than this process's CPU (a busy or silent API
-// server, the probe's timeout) and goes on without a slot, so that with a
-// limit a few unreachable clusters never hold up the rest.
+// server, the probe's timeout) and goes on without a slot, so that a few
+// unreachable clusters never hold up the rest.
 //
 // A start waiting for a slot is a goroutine parked on a channel that
 // leaves as soon as its context ends (a Delete, an Update, the Server
 // stopping): nothing ever waits for a slot to stop. A member that runs
 // holds none while it stops.
 type startGate struct {
-	floor int           // slots handed out whatever the run queue
-	limit int           // most slots held at once; 0: no limit
-	hold  time.Duration // how long a start may keep its slot
-	// runnable counts the goroutines waiting for a core (tests replace
-	// it); short is the count below which the run queue is short.
-	runnable func() int
-	short    int
+	limit int           // most slots held at once
+	hold  time.Duration // how long a start may keep its slot; 0: until released
 
 	mu      sync.Mutex
 	busy    int // slots held
 	waiting startQueue
-	grants  uint64      // slots handed to waiting starts, for oldestEvery
-	poll    *time.Timer // looks at the run queue again while starts wait
-	polling bool
+	grants  uint64 // slots handed to waiting starts, for oldestEvery
 }
 
 // oldestEvery is how often (one grant in oldestEvery) a free slot goes to
 // the oldest waiting start rather than to the newest.
 const oldestEvery = 4
 
-// pollEvery is how often the run queue is looked at while starts wait. A
-// start's CPU work takes a few milliseconds.
-const pollEvery = time.Millisecond
-
 // startSlotHold is how long a start keeps its slot at most: its CPU work
 // takes milliseconds, so one taking far longer waits on its API server. A
 // variable for tests.
 var startSlotHold = time.Second
 
-// newStartGate returns a gate that hands out floor slots at once and more
-// while fewer than short goroutines wait for a core, limit at most (0: no
-// limit); nil (no gate) when limit < 0.
-func newStartGate(floor, short, limit int, hold time.Duration) *startGate {
-	if limit < 0 {
+// newStartGate returns a gate of limit slots, each held for hold at most;
+// nil (no gate: every start begins at once) when limit is not positive.
+func newStartGate(limit int, hold time.Duration) *startGate {
+	if limit <= 0 {
 		return nil
 	}
-	if limit > 0 {
-		floor = min(floor, limit)
-	}
-	return &startGate{floor: floor, limit: limit, hold: hold, short: short, runnable: runnableGoroutines}
-}
-
-// runnableGoroutines is how many goroutines wait for a core right now.
-func runnableGoroutines() int {
-	s := [1]metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}
-	metrics.Read(s[:])
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0 // not measured by this runtime: the floor and limit decide
-	}
-	return int(min(s[0].Value.Uint64(), math.MaxInt32))
+	return &startGate{limit: limit, hold: hold}
 }
 
 // startWaiter is one start waiting for a slot, in the gate's queue.
@@ -112,11 +77,11 @@ type startSlot struct {
 	timer *time.Timer // gives the slot back after the gate's hold
 }
 
-// acquire returns a slot for a start, waiting its turn while the gate
-// admits none; queued is called (with no lock held) before it waits, so
-// that the member can say it waits. It returns ctx's error, holding no
-// slot, if ctx ends first. A nil gate hands out nil slots at once (release
-// of nil does nothing).
+// acquire returns a slot for a start, waiting its turn while all are
+// held; queued is called (with no lock held) before it waits, so that the
+// member can say it waits. It returns ctx's error, holding no slot, if ctx
+// ends first. A nil gate hands out nil slots at once (release of nil does
+// nothing).
 func (q *startGate) acquire(ctx context.Context, queued func()) (*startSlot, error) {
 	if q == nil {
 		return nil, ctx.Err()
@@ -126,7 +91,7 @@ func (q *startGate) acquire(ctx context.Context, queued func()) (*startSlot, err
 		q.mu.Unlock()
 		return nil, err
 	}
-	if q.waiting.empty() && q.admitsLocked(false) {
+	if q.waiting.empty() && q.busy < q.limit {
 		q.busy++
 		s := q.slotLocked()
 		q.mu.Unlock()
@@ -134,7 +99,6 @@ func (q *startGate) acquire(ctx context.Context, queued func()) (*startSlot, err
 	}
 	w := &startWaiter{granted: make(chan *startSlot, 1)}
 	q.waiting.pushBack(w)
-	q.pollLocked()
 	q.mu.Unlock()
 	if queued != nil {
 		queued()
@@ -156,33 +120,10 @@ func (q *startGate) acquire(ctx context.Context, queued func()) (*startSlot, err
 	return nil, ctx.Err()
 }
 
-// admitsLocked reports whether one more slot may be handed out now: under
-// the floor always, else within the limit while the run queue is short.
-// floorOnly skips the run queue.
-func (q *startGate) admitsLocked(floorOnly bool) bool {
-	switch {
-	case q.busy < q.floor:
-		return true
-	case floorOnly || q.limit > 0 && q.busy >= q.limit:
-		return false
-	}
-	return q.runnable() < q.short
-}
-
-// grantLocked hands free slots to waiting starts: all those the floor
-// allows, and one more if the run queue is short (the starts just handed
-// a slot are not in it yet: looking again at once would count none of
-// them).
+// grantLocked hands free slots to waiting starts: the newest first, the
+// oldest every oldestEvery-th grant.
 func (q *startGate) grantLocked() {
-	extra := true
-	for !q.waiting.empty() {
-		switch {
-		case q.admitsLocked(true):
-		case extra && q.admitsLocked(false):
-			extra = false
-		default:
-			return
-		}
+	for !q.waiting.empty() && q.busy < q.limit {
 		q.grants++
 		var w *startWaiter
 		if q.grants%oldestEvery == 0 {
@@ -196,29 +137,6 @@ func (q *startGate) grantLocked() {
 	}
 }
 
-// pollLocked makes sure the run queue is looked at again soon while
-// starts wait: it may drain with no slot freed (starts waiting on the
-// network).
-func (q *startGate) pollLocked() {
-	if q.polling || q.waiting.empty() || q.limit > 0 && q.busy >= q.limit {
-		return
-	}
-	q.polling = true
-	if q.poll == nil {
-		q.poll = time.AfterFunc(pollEvery, q.onPoll)
-	} else {
-		q.poll.Reset(pollEvery)
-	}
-}
-
-func (q *startGate) onPoll() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.polling = false
-	q.grantLocked()
-	q.pollLocked()
-}
-
 // slotLocked makes a slot that gives itself back after the gate's hold.
 func (q *startGate) slotLocked() *startSlot {
 	s := &startSlot{gate: q}
@@ -228,9 +146,9 @@ func (q *startGate) slotLocked() *startSlot {
 	return s
 }
 
-// release gives the slot back, handing it to a waiting start if the gate
-// admits one. Only the first call (or the hold's expiry) counts; a nil
-// slot does nothing. Called by the start that holds it.
+// release gives the slot back, handing it to a waiting start if one
+// waits. Only the first call (or the hold's expiry) counts; a nil slot
+// does nothing. Called by the start that holds it.
 func (s *startSlot) release() {
 	if s == nil {
 		return
@@ -250,7 +168,6 @@ func (s *startSlot) giveBack() {
 	defer q.mu.Unlock()
 	q.busy--
 	q.grantLocked()
-	q.pollLocked()
 }
 
 // stats reports the slots held and the starts waiting, for tests.

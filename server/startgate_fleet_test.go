@@ -2,15 +2,67 @@ package server_test
 
 import (
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/server"
 	"github.com/mccr-dev/mccr/test"
 )
+
+// TestStartGateNoneByDefault: a Server whose Options leave
+// MaxConcurrentStarts alone starts every member at once. Many members
+// added together all reach their reconciler setups together (each setup
+// waits until all of them are in theirs: with any bound below their
+// number, and slots held as long as the setups run, they never would),
+// and none is ever Queued on the way.
+func TestStartGateNoneByDefault(t *testing.T) {
+	ns := testNamespace(t)
+	// Were there a gate, its slots would not expire while the setups wait.
+	server.SetStartSlotHold(t, time.Hour)
+	ignore := goleak.IgnoreCurrent()
+	r := startServer(t, ns, nil)
+
+	const n = 16
+	var entered atomic.Int32
+	together := make(chan struct{})
+	letGo := sync.OnceFunc(func() { close(together) })
+	defer letGo()
+	r.srv.AddReconcilerSetup(func(ctrl.Manager) error {
+		entered.Add(1)
+		<-together
+		return nil
+	})
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("at-once-%d", i)
+		if err := r.srv.Add(config.NewNamedConfig(names[i], fleet.Cluster(members[i%len(members)]).Config)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	test.Eventually(t, 60*time.Second, "every member in its setups at once", func() bool {
+		for _, name := range names {
+			if st, err := r.srv.Status(name); err != nil || st.Phase == server.PhaseQueued {
+				t.Fatalf("%s with no MaxConcurrentStarts: %s, %v; want no member Queued (%d of %d in their setups)", name, st.Phase, err, entered.Load(), n)
+			}
+		}
+		return entered.Load() >= n
+	})
+	letGo()
+	waitReady(t, r.srv, names...)
+
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	fleet.CloseConnections()
+	verifyNoLeaks(t, ignore)
+}
 
 // TestQueuedMemberWaitsForAStartSlot: with one start slot, a member whose
 // start holds it (a reconciler setup that does not return yet) makes the

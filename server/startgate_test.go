@@ -83,7 +83,7 @@ func expectStats(t *testing.T, q *startGate, busy, waiting int) {
 // newest waiting start, except every fourth, which goes to the oldest.
 func TestStartGateNewestFirstOldestEveryFourth(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	q := newStartGate(1, 1, 1, 0)
+	q := newStartGate(1, 0)
 	held := mustAcquire(t, q)
 	var w [6]<-chan startResult
 	for i := range w {
@@ -114,7 +114,7 @@ func TestStartGateNewestFirstOldestEveryFourth(t *testing.T) {
 // each oldest after it.
 func TestStartGateOldestProgressesUnderArrivals(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	q := newStartGate(1, 1, 1, 0)
+	q := newStartGate(1, 0)
 	held := mustAcquire(t, q)
 	type waiter struct {
 		id int
@@ -174,7 +174,7 @@ func TestStartGateOldestProgressesUnderArrivals(t *testing.T) {
 // goes to another start.
 func TestStartGateLeavingWhileWaitingIsImmediate(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	q := newStartGate(1, 1, 1, 0)
+	q := newStartGate(1, 0)
 	held := mustAcquire(t, q)
 	older := queueStart(context.Background(), t, q)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -216,7 +216,7 @@ func TestStartGateLeavingWhileWaitingIsImmediate(t *testing.T) {
 func TestStartGateRaces(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	const limit, starts = 3, 400
-	q := newStartGate(1, 2, limit, 20*time.Millisecond)
+	q := newStartGate(limit, 20*time.Millisecond)
 	var granted atomic.Int32
 	var wg sync.WaitGroup
 	for i := range uint64(starts) {
@@ -257,7 +257,7 @@ func TestStartGateRaces(t *testing.T) {
 func TestStartGateNeverExceedsLimit(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	const limit, starts = 4, 300
-	q := newStartGate(2, 1<<30, limit, 0) // the run queue always short: the limit decides
+	q := newStartGate(limit, 0)
 	var inside atomic.Int32
 	var wg sync.WaitGroup
 	for i := range starts {
@@ -285,7 +285,7 @@ func TestStartGateNeverExceedsLimit(t *testing.T) {
 // later gives nothing back twice.
 func TestStartGateHoldExpires(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
-	q := newStartGate(1, 1, 1, 50*time.Millisecond)
+	q := newStartGate(1, 50*time.Millisecond)
 	slow := mustAcquire(t, q)
 	next := queueStart(context.Background(), t, q)
 	s := expectGranted(t, "the start after one that held its slot too long", next)
@@ -299,53 +299,57 @@ func TestStartGateHoldExpires(t *testing.T) {
 	})
 }
 
-// TestStartGateAdmitsWhileRunQueueShort: past the floor, starts begin
-// only while the run queue is short, and the gate looks again by itself:
-// starts waiting on the network (holding their slots, using no CPU) do
-// not hold up the others.
-func TestStartGateAdmitsWhileRunQueueShort(t *testing.T) {
+// TestStartGatePlainBound: limit starts get a slot at once, whatever
+// else keeps the cores busy; the next waits, with nothing looking again by
+// itself, until a slot frees, and gets it then.
+func TestStartGatePlainBound(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	q := newStartGate(2, 2, 0, 0)
-	var runnable atomic.Int64
-	runnable.Store(100) // cores saturated
-	q.runnable = func() int { return int(runnable.Load()) }
-	a, b := mustAcquire(t, q), mustAcquire(t, q) // the floor
-	c := queueStart(context.Background(), t, q)
-	d := queueStart(context.Background(), t, q)
-	time.Sleep(20 * pollEvery) // polls look at a long run queue: none begins
-	expectWaiting(t, "a start past the floor while the cores are saturated", c)
-	expectWaiting(t, "a start past the floor while the cores are saturated", d)
-	expectStats(t, q, 2, 2)
-
-	runnable.Store(1) // a, b wait on their API servers: the cores idle
-	sc := expectGranted(t, "the newest start, once the run queue is short", d)
-	sd := expectGranted(t, "the next, at the next look", c)
-	expectStats(t, q, 4, 0)
-	for _, s := range []*startSlot{a, b, sc, sd} {
+	const limit = 3
+	q := newStartGate(limit, 0)
+	held := make([]*startSlot, 0, limit)
+	for range limit {
+		held = append(held, mustAcquire(t, q))
+	}
+	next := queueStart(context.Background(), t, q)
+	expectStats(t, q, limit, 1)
+	expectWaiting(t, "a start past the bound", next)
+	held[1].release()
+	held[1] = expectGranted(t, "the start after a slot freed", next)
+	expectStats(t, q, limit, 0)
+	for _, s := range held {
 		s.release()
 	}
 	expectStats(t, q, 0, 0)
-
-	// With a limit, a short run queue admits no more than it.
-	q = newStartGate(1, 2, 2, 0)
-	q.runnable = func() int { return 0 }
-	a, b = mustAcquire(t, q), mustAcquire(t, q)
-	c = queueStart(context.Background(), t, q)
-	time.Sleep(20 * pollEvery)
-	expectWaiting(t, "a start past the limit", c)
-	a.release()
-	expectGranted(t, "the start after one released", c).release()
-	b.release()
-	expectStats(t, q, 0, 0)
+	mustAcquire(t, q).release() // all free again: no wait
 }
 
-// TestStartGateUnbounded: a nil gate (MaxConcurrentStarts < 0) never
-// makes a start wait, and its slots' release does nothing.
-func TestStartGateUnbounded(t *testing.T) {
-	q := newStartGate(1, 1, -1, time.Second)
-	if q != nil {
-		t.Fatal("a negative limit made a gate")
+// TestStartGateOffByDefault: Options without MaxConcurrentStarts, or with
+// a negative one, make no gate; a positive one makes a gate of that many
+// slots, held for startSlotHold at most.
+func TestStartGateOffByDefault(t *testing.T) {
+	for _, n := range []int{0, -1, -1000} {
+		o := Options{MaxConcurrentStarts: n}
+		o.defaults(nil)
+		if o.starts != nil {
+			t.Errorf("MaxConcurrentStarts %d made a gate of %d slots", n, o.starts.limit)
+		}
 	}
+	o := Options{MaxConcurrentStarts: 7}
+	o.defaults(nil)
+	if o.starts == nil || o.starts.limit != 7 || o.starts.hold != startSlotHold {
+		t.Fatalf("MaxConcurrentStarts 7 made %+v", o.starts)
+	}
+}
+
+// TestStartGateUnbounded: a nil gate (MaxConcurrentStarts not positive)
+// never makes a start wait, and its slots' release does nothing.
+func TestStartGateUnbounded(t *testing.T) {
+	for _, limit := range []int{0, -1} {
+		if q := newStartGate(limit, time.Second); q != nil {
+			t.Fatalf("a limit of %d made a gate", limit)
+		}
+	}
+	var q *startGate
 	for range 100 {
 		s, err := q.acquire(context.Background(), func() { t.Fatal("an unbounded gate made a start wait") })
 		if err != nil {
