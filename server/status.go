@@ -35,9 +35,9 @@ const (
 	// PhasePending means added, waiting for the Server to start (or, with
 	// Options.ColdStandby, to lead).
 	PhasePending Phase = "Pending"
-	// PhaseQueued means waiting for a start slot: many members are
-	// starting at once, and this one begins when the cores can take it
-	// (see Options.MaxConcurrentStarts).
+	// PhaseQueued means waiting for a start slot: Options.MaxConcurrentStarts
+	// is set and that many members are in their starts; this one begins
+	// when a slot frees. Never seen without that option.
 	PhaseQueued Phase = "Queued"
 	// PhaseStarting means checking reachability and credentials, building
 	// the Manager and running reconciler setups.
