@@ -14,6 +14,11 @@ import (
 // (internal/credential); a probe is such a request, so each probe of a
 // refusal judges the freshest credentials the member can have.
 type refusal struct {
+	// telling orders what the Observer is told of refusals: a refusal's
+	// Refused before the Accepted that ends it, however the request that
+	// was refused and the probe that was accepted race. Taken before mu.
+	telling sync.Mutex
+
 	mu    sync.Mutex
 	since time.Time // zero: the credentials are not refused
 	err   error     // the first refusal's
@@ -36,17 +41,20 @@ func (m *Monitor) refused(err error) {
 		m.obs.Rejected(err)
 		return
 	}
+	m.ref.telling.Lock()
 	m.ref.mu.Lock()
 	first := m.ref.since.IsZero()
 	if first {
 		m.ref.since, m.ref.err = time.Now(), err
 	}
 	m.ref.mu.Unlock()
-	if !first {
-		return
+	if first {
+		m.obs.Refused(err)
 	}
-	m.obs.Refused(err)
-	m.sched.hurry()
+	m.ref.telling.Unlock()
+	if first {
+		m.sched.hurry()
+	}
 }
 
 // refusing reports whether a refusal is under way.
@@ -62,6 +70,8 @@ func (m *Monitor) refusing() bool {
 // probes no more); a probe without an answer is the outage logic's to
 // weigh.
 func (m *Monitor) judge(res Result) (rejected bool) {
+	m.ref.telling.Lock()
+	defer m.ref.telling.Unlock()
 	m.ref.mu.Lock()
 	since, err := m.ref.since, m.ref.err
 	if since.IsZero() || res.Err != nil {

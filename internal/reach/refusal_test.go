@@ -302,3 +302,43 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// orderedEvents records the refusal calls in the order the Observer hears them.
+type orderedEvents struct {
+	*events
+	mu   sync.Mutex
+	told []string
+}
+
+func (o *orderedEvents) Refused(error) { o.add("refused") }
+func (o *orderedEvents) Accepted()     { o.add("accepted") }
+
+func (o *orderedEvents) add(s string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.told = append(o.told, s)
+}
+
+// A refused request and an accepted probe racing tell the refusal before
+// the acceptance that ends it: never an Accepted with no refusal under way
+// (the member would keep the refusal's error with nothing to clear it).
+func TestRefusedIsToldBeforeTheAcceptanceThatEndsIt(t *testing.T) {
+	for round := range 2000 {
+		ev := &orderedEvents{events: newEvents()}
+		m, err := New(&rest.Config{Host: "https://127.0.0.1:1"}, Options{Interval: time.Hour, OutageInterval: time.Hour, Timeout: time.Second, RefreshGrace: time.Hour}, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.running.Store(true)
+		var wg sync.WaitGroup
+		wg.Go(func() { m.refused(io.ErrUnexpectedEOF) })
+		wg.Go(func() { m.judge(Result{At: time.Now()}) })
+		wg.Wait()
+		ev.mu.Lock()
+		told := ev.told
+		ev.mu.Unlock()
+		if len(told) > 0 && told[0] != "refused" {
+			t.Fatalf("round %d: told %v, want refused before accepted", round, told)
+		}
+	}
+}
