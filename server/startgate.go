@@ -10,11 +10,12 @@ import (
 // startGate bounds how many members' starts are in their CPU-heavy part
 // at once: the reachability check (dial, TLS handshake), building the
 // Manager and running setups, and the initial lists up to synced caches.
-// It exists only when Options.MaxConcurrentStarts is positive; without it
-// (the default) a fleet registered at once starts every member together,
-// which finishes the whole registration soonest. What the bound buys is
-// latency for a member added during such a burst: it waits for a few
-// starts, not for all of them.
+// Options.MaxConcurrentStarts sets the bound (8 per core by default; a
+// negative value leaves the gate out, and a fleet registered at once
+// starts every member together). What the bound buys is memory at rest
+// (members started together leave their long-lived goroutines' stacks
+// scattered over many stack spans) and latency for a member added during
+// a mass registration: it waits for a few starts, not for all of them.
 //
 // A start holds one of limit slots while it runs; a freed slot goes to a
 // waiting start at once.

@@ -16,18 +16,18 @@ import (
 	"github.com/mccr-dev/mccr/test"
 )
 
-// TestStartGateNoneByDefault: a Server whose Options leave
-// MaxConcurrentStarts alone starts every member at once. Many members
-// added together all reach their reconciler setups together (each setup
-// waits until all of them are in theirs: with any bound below their
-// number, and slots held as long as the setups run, they never would),
-// and none is ever Queued on the way.
-func TestStartGateNoneByDefault(t *testing.T) {
+// TestStartGateOffWhenNegative: a Server whose MaxConcurrentStarts is
+// negative starts every member at once. Many members added together all
+// reach their reconciler setups together (each setup waits until all of
+// them are in theirs: with any bound below their number, and slots held as
+// long as the setups run, they never would), and none is ever Queued on
+// the way.
+func TestStartGateOffWhenNegative(t *testing.T) {
 	ns := testNamespace(t)
 	// Were there a gate, its slots would not expire while the setups wait.
 	server.SetStartSlotHold(t, time.Hour)
 	ignore := goleak.IgnoreCurrent()
-	r := startServer(t, ns, nil)
+	r := startServer(t, ns, nil, func(o *server.Options) { o.MaxConcurrentStarts = -1 })
 
 	const n = 16
 	var entered atomic.Int32
@@ -49,7 +49,7 @@ func TestStartGateNoneByDefault(t *testing.T) {
 	test.Eventually(t, 60*time.Second, "every member in its setups at once", func() bool {
 		for _, name := range names {
 			if st, err := r.srv.Status(name); err != nil || st.Phase == server.PhaseQueued {
-				t.Fatalf("%s with no MaxConcurrentStarts: %s, %v; want no member Queued (%d of %d in their setups)", name, st.Phase, err, entered.Load(), n)
+				t.Fatalf("%s with MaxConcurrentStarts -1: %s, %v; want no member Queued (%d of %d in their setups)", name, st.Phase, err, entered.Load(), n)
 			}
 		}
 		return entered.Load() >= n

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -323,16 +324,21 @@ func TestStartGatePlainBound(t *testing.T) {
 	mustAcquire(t, q).release() // all free again: no wait
 }
 
-// TestStartGateOffByDefault: Options without MaxConcurrentStarts, or with
-// a negative one, make no gate; a positive one makes a gate of that many
-// slots, held for startSlotHold at most.
-func TestStartGateOffByDefault(t *testing.T) {
-	for _, n := range []int{0, -1, -1000} {
+// TestStartGateDefaultAndOff: Options without MaxConcurrentStarts make a
+// gate of 8 slots per core; a negative one makes no gate; a positive one
+// makes a gate of that many slots, held for startSlotHold at most.
+func TestStartGateDefaultAndOff(t *testing.T) {
+	for _, n := range []int{-1, -1000} {
 		o := Options{MaxConcurrentStarts: n}
 		o.defaults(nil)
 		if o.starts != nil {
 			t.Errorf("MaxConcurrentStarts %d made a gate of %d slots", n, o.starts.limit)
 		}
+	}
+	def := Options{}
+	def.defaults(nil)
+	if want := 8 * runtime.GOMAXPROCS(0); def.starts == nil || def.starts.limit != want || def.MaxConcurrentStarts != want {
+		t.Errorf("default MaxConcurrentStarts made %+v (option %d), want a gate of %d slots", def.starts, def.MaxConcurrentStarts, want)
 	}
 	o := Options{MaxConcurrentStarts: 7}
 	o.defaults(nil)
