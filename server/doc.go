@@ -43,8 +43,11 @@
 //
 // Add, Update and Delete work before and after Start, from any goroutine,
 // and never wait on the network: a member is started in the background and
-// its progress is in Status (Pending, Starting, Syncing, Ready,
-// Unreachable, Failed, Stopping, Stopped). A member that cannot be
+// its progress is in Status (Pending, Queued, Starting, Syncing, Ready,
+// Unreachable, Failed, Stopping, Stopped). At most
+// Options.MaxConcurrentStarts members (8 per core by default) are in their
+// starts at once, the newest waiting first; the others are Queued, and a
+// Delete of one returns at once. A member that cannot be
 // reached, rejects its credentials, or does not sync within
 // Options.CacheSyncTimeout is Failed and retried with capped exponential
 // backoff while every other member reconciles on; no member's trouble makes

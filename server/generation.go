@@ -167,10 +167,10 @@ func (g *generation) run() {
 // attempt fails (the error). wasReady tells whether it got as far as Ready.
 func (g *generation) attempt() (wasReady bool, err error) {
 	e := g.c.env
-	// With Options.MaxConcurrentStarts set, the start waits its turn for
-	// the CPU-heavy part (see startGate), saying so while it waits, and
-	// gives its slot back once its caches have synced, or as it ends. A
-	// generation stopped meanwhile leaves the queue at once.
+	// Unless Options.MaxConcurrentStarts is negative, the start waits its
+	// turn for the CPU-heavy part (see startGate), saying so while it
+	// waits, and gives its slot back once its caches have synced, or as it
+	// ends. A generation stopped meanwhile leaves the queue at once.
 	slot, err := e.opts.starts.acquire(g.ctx, func() { g.c.setPhase(g, PhaseQueued, nil) })
 	if err != nil {
 		return false, nil

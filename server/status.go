@@ -36,8 +36,8 @@ const (
 	// Options.ColdStandby, to lead).
 	PhasePending Phase = "Pending"
 	// PhaseQueued means waiting for a start slot: Options.MaxConcurrentStarts
-	// is set and that many members are in their starts; this one begins
-	// when a slot frees. Never seen without that option.
+	// members are in their starts; this one begins when a slot frees.
+	// Never seen with a negative MaxConcurrentStarts.
 	PhaseQueued Phase = "Queued"
 	// PhaseStarting means checking reachability and credentials, building
 	// the Manager and running reconciler setups.
