@@ -11,10 +11,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"k8s.io/client-go/rest"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +22,7 @@ import (
 	membermgr "github.com/mccr-dev/mccr/internal/member"
 	"github.com/mccr-dev/mccr/internal/reach"
 	"github.com/mccr-dev/mccr/known"
+	"github.com/mccr-dev/mccr/test"
 )
 
 // TestStatusesAndNamesFollowTheFleet: Statuses and ClusterNames list
@@ -759,22 +758,10 @@ func benchCalls(b *testing.B, between, call func()) {
 			between()
 			b.StartTimer()
 		}
-		begin := threadCPUTime()
+		begin := test.ThreadCPUTime()
 		call()
-		used = append(used, threadCPUTime()-begin)
+		used = append(used, test.ThreadCPUTime()-begin)
 	}
 	slices.Sort(used)
 	b.ReportMetric(float64(used[len(used)/2].Nanoseconds())/1e3, "µs-cpu-p50")
-}
-
-// threadCPUTime is the CPU time of the calling thread so far, to the
-// nanosecond (CLOCK_THREAD_CPUTIME_ID).
-func threadCPUTime() time.Duration {
-	const clockThreadCPUTimeID = 3
-	var ts syscall.Timespec
-	_, _, errno := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, clockThreadCPUTimeID, uintptr(unsafe.Pointer(&ts)), 0) //nolint:gosec // G103: the system call writes its answer through a pointer
-	if errno != 0 {
-		return 0
-	}
-	return time.Duration(ts.Nano())
 }

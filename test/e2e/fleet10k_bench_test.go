@@ -22,7 +22,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -484,24 +483,11 @@ func timeCalls(n int, fn func(i int)) (wall, cpu spread) {
 	defer runtime.UnlockOSThread()
 	took, used := make([]time.Duration, n), make([]time.Duration, n)
 	for i := range n {
-		begin, cpuBegin := time.Now(), threadCPUTime()
+		begin, cpuBegin := time.Now(), test.ThreadCPUTime()
 		fn(i)
-		took[i], used[i] = time.Since(begin), threadCPUTime()-cpuBegin
+		took[i], used[i] = time.Since(begin), test.ThreadCPUTime()-cpuBegin
 	}
 	return spreadOf(took), spreadOf(used)
-}
-
-// threadCPUTime is the CPU time of the calling thread so far
-// (CLOCK_THREAD_CPUTIME_ID: to the nanosecond, where the thread's rusage
-// counts in scheduler ticks).
-func threadCPUTime() time.Duration {
-	const clockThreadCPUTimeID = 3
-	var ts syscall.Timespec
-	_, _, errno := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, clockThreadCPUTimeID, uintptr(unsafe.Pointer(&ts)), 0) //nolint:gosec // G103: the system call writes its answer through a pointer
-	if errno != 0 {
-		return 0
-	}
-	return time.Duration(ts.Nano())
 }
 
 // get reads url to its end.
