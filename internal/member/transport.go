@@ -152,10 +152,12 @@ func (t *lifetimeTransport) RoundTrip(req *http.Request) (*http.Response, error)
 }
 
 // leanRoundTrip sends a request of an informer of the member's cache's
-// Runner, whose context ends when the lifetime does (the Runner's is
-// derived from it): x/net ends the request and its stream then, and
-// nothing needs to watch the lifetime for it. The stream of a watch is
-// handed to the informer, which reads it itself (leaninformer.TakeWatch).
+// Runner as it is, and closes its body when the lifetime ends, as for
+// informerRoundTrip: the request's own context is the informer's, which
+// ends when the cache stops the informer, possibly after the member's
+// Manager has returned, and a watch's stream must not outlive the member.
+// The stream of a watch is handed to the informer, which reads it itself
+// (leaninformer.TakeWatch).
 func (t *lifetimeTransport) leanRoundTrip(req *http.Request) (*http.Response, error) {
 	if t.lifetime.Err() != nil {
 		return nil, errStoppedBeforeRequest
@@ -164,6 +166,9 @@ func (t *lifetimeTransport) leanRoundTrip(req *http.Request) (*http.Response, er
 	if err != nil {
 		return nil, err
 	}
+	body := resp.Body
+	stop := context.AfterFunc(t.lifetime, func() { _ = body.Close() })
+	resp.Body = &releasingBody{ReadCloser: body, release: func() { stop() }}
 	resp, _ = leaninformer.TakeWatch(req, resp)
 	return resp, nil
 }
