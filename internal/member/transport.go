@@ -152,23 +152,17 @@ func (t *lifetimeTransport) RoundTrip(req *http.Request) (*http.Response, error)
 }
 
 // leanRoundTrip sends a request of an informer of the member's cache's
-// Runner as it is, and closes its body when the lifetime ends, as for
-// informerRoundTrip: the request's own context is the informer's, which
+// Runner as informerRoundTrip does (as it is, its body closed when the
+// lifetime ends): the request's own context is the informer's, which
 // ends when the cache stops the informer, possibly after the member's
 // Manager has returned, and a watch's stream must not outlive the member.
 // The stream of a watch is handed to the informer, which reads it itself
 // (leaninformer.TakeWatch).
 func (t *lifetimeTransport) leanRoundTrip(req *http.Request) (*http.Response, error) {
-	if t.lifetime.Err() != nil {
-		return nil, errStoppedBeforeRequest
-	}
-	resp, err := t.next.RoundTrip(req)
+	resp, err := t.informerRoundTrip(req)
 	if err != nil {
 		return nil, err
 	}
-	body := resp.Body
-	stop := context.AfterFunc(t.lifetime, func() { _ = body.Close() })
-	resp.Body = &releasingBody{ReadCloser: body, release: func() { stop() }}
 	resp, _ = leaninformer.TakeWatch(req, resp)
 	return resp, nil
 }
