@@ -234,10 +234,14 @@ func leakCheck(t *testing.T) {
 // verifyNoLeaks fails the test if goroutines other than those ignored
 // still run 15s from now. The package's shared Server may run meanwhile:
 // its informers' watches, restarted now and then, each read their stream
-// in a goroutine of their own, which is not this test's.
+// in a goroutine of their own, which is not this test's: client-go's, or
+// the member informer's reader, a new goroutine for every event the
+// stream brings.
 func verifyNoLeaks(t *testing.T, opts ...goleak.Option) {
 	t.Helper()
-	opts = append(opts, goleak.IgnoreAnyFunction("k8s.io/apimachinery/pkg/watch.(*StreamWatcher).receive"))
+	opts = append(opts,
+		goleak.IgnoreAnyFunction("k8s.io/apimachinery/pkg/watch.(*StreamWatcher).receive"),
+		goleak.IgnoreAnyFunction("github.com/mccr-dev/mccr/internal/leaninformer.(*streamWatch).receive"))
 	deadline := time.Now().Add(15 * time.Second)
 	for goleak.Find(opts...) != nil && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
