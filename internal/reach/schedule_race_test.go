@@ -25,28 +25,19 @@ import (
 // of their schedules. It fails the test (through bad) if one Monitor's
 // probes overlap, or if one is sent once the Monitor has finished.
 type stubAPI struct {
+	probeCounter
 	mode      atomic.Int32 // 0 answer, 1 hang, 2 answer 503, 3 answer 401, 4 refuse the connection
-	inFlight  atomic.Int32
-	sent      atomic.Int32
 	lastSent  atomic.Int64 // UnixNano of the last probe sent
-	finished  atomic.Bool
 	deadSends atomic.Int32 // probes sent once the Monitor's context had ended
 	ctx       context.Context
-	bad       func(string)
 }
 
 func (s *stubAPI) RoundTrip(req *http.Request) (*http.Response, error) {
-	if s.finished.Load() {
-		s.bad("probe sent after the Monitor finished")
-	}
-	if n := s.inFlight.Add(1); n > 1 {
-		s.bad(fmt.Sprintf("%d probes of one Monitor in flight", n))
-	}
-	defer s.inFlight.Add(-1)
+	s.begin()
+	defer s.end()
 	if s.ctx.Err() != nil {
 		s.deadSends.Add(1)
 	}
-	s.sent.Add(1)
 	s.lastSent.Store(time.Now().UnixNano())
 	answer := func(code int, body string) (*http.Response, error) {
 		return &http.Response{
@@ -228,7 +219,7 @@ func TestScheduleUnderRandomRaces(t *testing.T) {
 		wg.Go(func() {
 			for r := range rounds {
 				bad := func(what string) { t.Errorf("worker %d, round %d: %s", w, r, what) }
-				api := &stubAPI{bad: bad}
+				api := &stubAPI{probeCounter: probeCounter{bad: bad}}
 				api.mode.Store(rand.Int32N(5))
 				ev := &modelEvents{api: api}
 				o := Options{
@@ -348,7 +339,7 @@ func TestScheduleUnderRandomRaces(t *testing.T) {
 func TestContextEndsAsTheTimerFires(t *testing.T) {
 	noLeaks(t)
 	for i := range 200 {
-		api := &stubAPI{bad: func(what string) { t.Errorf("#%d: %s", i, what) }}
+		api := &stubAPI{probeCounter: probeCounter{bad: func(what string) { t.Errorf("#%d: %s", i, what) }}}
 		ev := &modelEvents{api: api}
 		m, err := New(&rest.Config{Host: "http://member.invalid", Transport: api}, Options{Interval: time.Millisecond, OutageInterval: time.Millisecond, Timeout: time.Second}, ev)
 		if err != nil {

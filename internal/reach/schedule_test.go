@@ -140,26 +140,38 @@ func TestSuspectDuringAProbeBringsTheNextForward(t *testing.T) {
 	eventually(t, "a second probe", func() bool { return s.probes.Load() >= 2 })
 }
 
-// countingRoundTripper counts one Monitor's probes under way, and fails
-// the test (through bad) if two overlap or one is sent once the Monitor
-// has finished.
-type countingRoundTripper struct {
-	next     http.RoundTripper
+// probeCounter counts one Monitor's probes under way, and fails the test
+// (through bad) if two overlap or one is sent once the Monitor has
+// finished.
+type probeCounter struct {
 	inFlight atomic.Int32
 	sent     atomic.Int32
 	finished atomic.Bool
 	bad      func(string)
 }
 
-func (c *countingRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+// begin counts a probe being sent; end, once it has its answer.
+func (c *probeCounter) begin() {
 	if c.finished.Load() {
 		c.bad("probe sent after the Monitor finished")
 	}
 	if n := c.inFlight.Add(1); n > 1 {
 		c.bad(fmt.Sprintf("%d probes of one Monitor in flight", n))
 	}
-	defer c.inFlight.Add(-1)
 	c.sent.Add(1)
+}
+
+func (c *probeCounter) end() { c.inFlight.Add(-1) }
+
+// countingRoundTripper is a probeCounter in front of a real transport.
+type countingRoundTripper struct {
+	probeCounter
+	next http.RoundTripper
+}
+
+func (c *countingRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	c.begin()
+	defer c.end()
 	return c.next.RoundTrip(req)
 }
 
@@ -211,7 +223,8 @@ func TestRacesNeverOverlapProbes(t *testing.T) {
 		t.Cleanup(tr.CloseIdleConnections)
 		wg.Go(func() {
 			for r := range rounds {
-				rt := &countingRoundTripper{next: tr, bad: func(what string) { t.Errorf("member %d, round %d: %s", i, r, what) }}
+				rt := &countingRoundTripper{next: tr}
+				rt.bad = func(what string) { t.Errorf("member %d, round %d: %s", i, r, what) }
 				ev := &raceEvents{rt: rt}
 				m, err := New(&rest.Config{Host: s.URL, Transport: rt}, Options{
 					Interval:       time.Duration(1+rand.IntN(4)) * time.Millisecond,
