@@ -33,29 +33,35 @@ func (s *Server) FleetReadyCheck(minReady int) healthz.Checker {
 // one failing member and its (redacted) error. Like FleetReadyCheck, the
 // Server adds no such check by itself.
 func (s *Server) SetupReadyCheck() healthz.Checker {
-	return func(*http.Request) error {
-		failing := 0
-		var first ClusterStatus
-		for _, st := range s.Statuses() {
-			switch st.Phase {
-			case PhaseSyncing, PhaseReady, PhaseUnreachable:
-				return nil // its setups passed
-			case PhaseFailed, PhaseQueued, PhaseStarting:
-				// Queued, Starting: a retry of a member whose setups
-				// failed before; it counts as failing until it passes them.
-				if errors.Is(st.LastError, ErrSetupFailed) {
-					if failing == 0 {
-						first = st
-					}
-					failing++
-				}
-			case PhasePending, PhaseStopping, PhaseStopped, PhaseElsewhere:
-				// Not running here, or not yet: neither way.
-			}
-		}
-		if failing == 0 {
-			return nil
-		}
-		return fmt.Errorf("reconciler setups fail on every member cluster that ran them (%d); cluster %q: %w", failing, first.Name, first.LastError)
+	return func(*http.Request) (err error) {
+		s.withStatuses(func(statuses []ClusterStatus) { err = setupsFailing(statuses) })
+		return err
 	}
+}
+
+// setupsFailing is SetupReadyCheck's verdict on statuses.
+func setupsFailing(statuses []ClusterStatus) error {
+	failing := 0
+	var first ClusterStatus
+	for _, st := range statuses {
+		switch st.Phase {
+		case PhaseSyncing, PhaseReady, PhaseUnreachable:
+			return nil // its setups passed
+		case PhaseFailed, PhaseQueued, PhaseStarting:
+			// Queued, Starting: a retry of a member whose setups
+			// failed before; it counts as failing until it passes them.
+			if errors.Is(st.LastError, ErrSetupFailed) {
+				if failing == 0 {
+					first = st
+				}
+				failing++
+			}
+		case PhasePending, PhaseStopping, PhaseStopped, PhaseElsewhere:
+			// Not running here, or not yet: neither way.
+		}
+	}
+	if failing == 0 {
+		return nil
+	}
+	return fmt.Errorf("reconciler setups fail on every member cluster that ran them (%d); cluster %q: %w", failing, first.Name, first.LastError)
 }

@@ -97,11 +97,11 @@ func (o *memberOrder) setLocked(i int, p *published) {
 	o.hidden--
 }
 
-// statuses returns the published statuses of the records of names (the
-// table's sorted names), in their order, skipping names that have no
+// statuses appends to dst the published statuses of the records of names
+// (the table's sorted names), in their order, skipping names that have no
 // record or whose record is not desired. Unless names is a new list, it
-// allocates only the slice it returns.
-func (o *memberOrder) statuses(names []string, reg *registry) []ClusterStatus {
+// allocates nothing but what dst needs to grow.
+func (o *memberOrder) statuses(dst []ClusterStatus, names []string, reg *registry) []ClusterStatus {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if len(names) != len(o.names) || len(names) > 0 && &names[0] != &o.names[0] {
@@ -110,7 +110,7 @@ func (o *memberOrder) statuses(names []string, reg *registry) []ClusterStatus {
 	o.viewMu.Lock()
 	defer o.viewMu.Unlock()
 	o.catchUpLocked()
-	out := make([]ClusterStatus, 0, len(o.view)-o.hidden)
+	out := slices.Grow(dst, len(o.view)-o.hidden)
 	if o.hidden == 0 {
 		return append(out, o.view...)
 	}

@@ -417,6 +417,16 @@ func TestStatusesRace(t *testing.T) {
 	var readers sync.WaitGroup
 	for r := range 4 {
 		readers.Go(func() {
+			// Odd readers reuse one buffer through AppendStatuses, as a
+			// poller does, each call writing over the last one's statuses.
+			var buf []ClusterStatus
+			read := srv.Statuses
+			if r%2 == 1 {
+				read = func() []ClusterStatus {
+					buf = srv.AppendStatuses(buf[:0])
+					return buf
+				}
+			}
 			for i := 0; ; i++ {
 				select {
 				case <-stop:
@@ -428,7 +438,7 @@ func TestStatusesRace(t *testing.T) {
 					if r == 0 && i%30 == 0 {
 						checkView(t, &srv.clusters.order)
 					}
-					all := srv.Statuses()
+					all := read()
 					if !slices.IsSortedFunc(all, func(a, b ClusterStatus) int { return strings.Compare(a.Name, b.Name) }) {
 						t.Error("Statuses() not sorted")
 						return
@@ -560,6 +570,9 @@ func TestStatusesRace(t *testing.T) {
 	if got := srv.Statuses(); !slices.EqualFunc(got, want, sameStatus) {
 		t.Fatalf("Statuses once quiet:\n%+v\nwant\n%+v", got, want)
 	}
+	if got := srv.AppendStatuses(make([]ClusterStatus, 3)[:0]); !slices.EqualFunc(got, want, sameStatus) {
+		t.Fatalf("AppendStatuses once quiet:\n%+v\nwant\n%+v", got, want)
+	}
 	for _, n := range srv.ClusterNames() {
 		_ = srv.Delete(n)
 	}
@@ -658,6 +671,22 @@ func BenchmarkStatuses(b *testing.B) {
 		}
 	}
 	b.Run("Statuses", func(b *testing.B) { benchCalls(b, nil, statuses) })
+	var buf []ClusterStatus
+	b.Run("AppendStatuses/reused", func(b *testing.B) {
+		// A poller's buffer, written over by each call.
+		benchCalls(b, nil, func() {
+			if buf = srv.AppendStatuses(buf[:0]); len(buf) != n {
+				b.Fatal("members lost")
+			}
+		})
+	})
+	b.Run("AppendStatuses/reused/fresh-memory", func(b *testing.B) {
+		benchCalls(b, debug.FreeOSMemory, func() {
+			if buf = srv.AppendStatuses(buf[:0]); len(buf) != n {
+				b.Fatal("members lost")
+			}
+		})
+	})
 	b.Run("Statuses/after-probes", func(b *testing.B) {
 		benchCalls(b, func() {
 			for _, c := range records {
@@ -764,4 +793,48 @@ func benchCalls(b *testing.B, between, call func()) {
 	}
 	slices.Sort(used)
 	b.ReportMetric(float64(used[len(used)/2].Nanoseconds())/1e3, "µs-cpu-p50")
+}
+
+// TestAppendStatuses: AppendStatuses keeps what dst holds and appends
+// what Statuses returns, and with the buffer of its last call allocates
+// nothing, however the fleet changed in between (a poller's use).
+func TestAppendStatuses(t *testing.T) {
+	const n = 500
+	srv := recordFleet(t, n)
+	kept := ClusterStatus{Name: "kept by the caller"}
+	got := srv.AppendStatuses([]ClusterStatus{kept})
+	if len(got) != n+1 || got[0].Name != kept.Name || !slices.EqualFunc(got[1:], srv.Statuses(), sameStatus) {
+		t.Fatalf("AppendStatuses after one status of the caller's: %d statuses, first %q; want %d, the caller's then Statuses'", len(got), got[0].Name, n+1)
+	}
+
+	buf := srv.AppendStatuses(nil)
+	c := srv.clusters.get("cluster-00007")
+	probedAt := time.Now().Add(time.Hour)
+	allocs := testing.AllocsPerRun(20, func() {
+		c.probed(nil, reach.Result{At: probedAt, Took: 2 * time.Millisecond})
+		buf = srv.AppendStatuses(buf[:0])
+	})
+	// The probe publishes one status (one allocation); the call, none.
+	if allocs > 1 {
+		t.Errorf("AppendStatuses with its last buffer: %.0f allocations per call with a probe between, want the probe's 1", allocs)
+	}
+	if st := buf[7]; st.Name != "cluster-00007" || !st.LastProbe.Equal(probedAt) {
+		t.Errorf("reused buffer shows %s probed at %s, want cluster-00007 at %s", st.Name, st.LastProbe, probedAt)
+	}
+
+	// A member gone, another come: the reused buffer follows.
+	if err := srv.Delete("cluster-00003"); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Add(config.NewNamedConfig("cluster-00003x", &rest.Config{Host: "https://127.0.0.1:1"})); err != nil {
+		t.Fatal(err)
+	}
+	buf = srv.AppendStatuses(buf[:0])
+	if !slices.EqualFunc(buf, srv.Statuses(), sameStatus) {
+		t.Fatal("reused buffer after a Delete and an Add differs from Statuses")
+	}
+	if i := slices.IndexFunc(buf, func(st ClusterStatus) bool { return st.Name == "cluster-00003" }); i >= 0 {
+		t.Errorf("deleted member still listed at %d", i)
+	}
+	t.Cleanup(func() { _ = srv.Delete("cluster-00003x") })
 }
