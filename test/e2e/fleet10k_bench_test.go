@@ -56,6 +56,8 @@ import (
 //     (as many as fit in the burst, n-burst-cycles).
 //   - µs-status, µs-statuses, µs-clusternames: median (and -max) of 100
 //     calls of Server.Status, Statuses and ClusterNames, fleet at rest;
+//     µs-appendstatuses-reused: the same of AppendStatuses given the
+//     buffer of its last call, as a poller calls it;
 //     µs-cpu-…: the median CPU time of the same calls (what they cost,
 //     however busy the machine).
 //   - ms-fleetz: median (and -max) of 5 GETs of the fleet page (HTML).
@@ -115,6 +117,8 @@ func BenchmarkFakeFleet(b *testing.B) {
 				b.ReportMetric(micros(fig.Status.Max), "µs-status-max")
 				b.ReportMetric(micros(fig.Statuses.P50), "µs-statuses")
 				b.ReportMetric(micros(fig.Statuses.Max), "µs-statuses-max")
+				b.ReportMetric(micros(fig.AppendStatuses.P50), "µs-appendstatuses-reused")
+				b.ReportMetric(micros(fig.AppendStatuses.Max), "µs-appendstatuses-reused-max")
 				b.ReportMetric(micros(fig.ClusterNames.P50), "µs-clusternames")
 				b.ReportMetric(micros(fig.ClusterNames.Max), "µs-clusternames-max")
 				b.ReportMetric(micros(fig.StatusCPU.P50), "µs-cpu-status")
@@ -128,13 +132,14 @@ func BenchmarkFakeFleet(b *testing.B) {
 				b.ReportMetric(load, "load-1m")
 				b.Logf("clusters=%d: all reconciled in %s (Adds took %s; engine CPU in the burst %s), RSS %.0f MiB at rest (peak %.0f MiB), %.0f KiB and %.1f goroutines per cluster; "+
 					"add→reconcile p50/p99/max %s/%s/%s, delete %s/%s/%s; during the burst (%d cycles) add→reconcile %s/%s/%s, delete %s/%s/%s; "+
-					"Status %s (max %s, CPU %s), Statuses %s (max %s, CPU %s), ClusterNames %s (max %s, CPU %s); /fleetz %s (max %s, %d KiB); "+
+					"Status %s (max %s, CPU %s), Statuses %s (max %s, CPU %s), AppendStatuses with its last buffer %s (max %s), ClusterNames %s (max %s, CPU %s); /fleetz %s (max %s, %d KiB); "+
 					"engine stopped in %s; CPU engine %.1f s (at rest %.2f cores), fakes %.1f s; load %.2f before, %.2f after; fake fleet RSS %.0f MiB",
 					len(spec.Clusters), fig.AllReconciled.Round(time.Millisecond), fig.Registered.Round(time.Millisecond), fig.BurstCPU.Round(time.Millisecond),
 					fig.RSSMiB, fig.PeakRSSMiB, fig.RSSKiB, fig.Goroutines,
 					fig.Add.P50, fig.Add.P99, fig.Add.Max, fig.Delete.P50, fig.Delete.P99, fig.Delete.Max,
 					fig.BurstAdd.N, fig.BurstAdd.P50, fig.BurstAdd.P99, fig.BurstAdd.Max, fig.BurstDelete.P50, fig.BurstDelete.P99, fig.BurstDelete.Max,
 					fig.Status.P50, fig.Status.Max, fig.StatusCPU.P50, fig.Statuses.P50, fig.Statuses.Max, fig.StatusesCPU.P50,
+					fig.AppendStatuses.P50, fig.AppendStatuses.Max,
 					fig.ClusterNames.P50, fig.ClusterNames.Max, fig.ClusterNamesCPU.P50,
 					fig.Fleetz.P50, fig.Fleetz.Max, fig.FleetzBytes>>10,
 					fig.Stop.Round(time.Millisecond), fig.CPU.Seconds(), fig.RestCores, fakesCPU, load, loadAverage(), ff.rssMiB())
@@ -154,6 +159,10 @@ func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 
 // fleetEngineEnv names the file holding an engine child's fleetEngineSpec.
 const fleetEngineEnv = "MCCR_E2E_FLEET_ENGINE"
+
+// maxStartsEnv, when set, is the engine's Options.MaxConcurrentStarts (the
+// default's bound against none, say: -1).
+const maxStartsEnv = "MCCR_BENCH_MAX_STARTS"
 
 // isFleetEngineChild tells TestMain that this process is a fake fleet's
 // engine: it starts no fleet of its own.
@@ -201,6 +210,7 @@ type fleetFigures struct {
 	BurstAdd, BurstDelete     spread
 	Add, Delete               spread
 	Status, Statuses          spread
+	AppendStatuses            spread // with the buffer of its last call
 	ClusterNames              spread
 	// The same calls' CPU time (their thread's): what they cost whatever
 	// else the two cores were doing meanwhile.
@@ -275,7 +285,16 @@ func measureFleet(t *testing.T, spec *fleetEngineSpec) fleetFigures {
 		Metrics:                metricsserver.Options{BindAddress: addr},
 		HealthProbeBindAddress: "0",
 		Cache:                  cacheOptions(spec.Namespace),
-	}, func(o *server.Options) { o.FleetPage = true })
+	}, func(o *server.Options) {
+		o.FleetPage = true
+		if v := os.Getenv(maxStartsEnv); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("%s: %v", maxStartsEnv, err)
+			}
+			o.MaxConcurrentStarts = n
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,6 +412,12 @@ func measureFleet(t *testing.T, spec *fleetEngineSpec) fleetFigures {
 	fig.Statuses, fig.StatusesCPU = timeCalls(spec.Calls, func(int) {
 		if got := len(srv.Statuses()); got != len(spec.Clusters) {
 			t.Errorf("Statuses: %d clusters, want %d", got, len(spec.Clusters))
+		}
+	})
+	var buf []server.ClusterStatus
+	fig.AppendStatuses, _ = timeCalls(spec.Calls, func(int) {
+		if buf = srv.AppendStatuses(buf[:0]); len(buf) != len(spec.Clusters) {
+			t.Errorf("AppendStatuses: %d clusters, want %d", len(buf), len(spec.Clusters))
 		}
 	})
 	fig.ClusterNames, fig.ClusterNamesCPU = timeCalls(spec.Calls, func(int) {
