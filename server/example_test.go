@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -88,5 +89,23 @@ func ExampleServer_Statuses() {
 	for _, st := range srv.Statuses() {
 		fmt.Printf("%s: %s since %s (failures %d, last error %v)\n",
 			st.Name, st.Phase, st.Since.Format("15:04:05"), st.Failures, st.LastError)
+	}
+}
+
+// A poller of a large fleet (an exporter, a page) passes the slice of its
+// last call back, emptied: once it holds the fleet, a call allocates
+// nothing.
+func ExampleServer_AppendStatuses() {
+	var srv *server.Server // from server.NewServer
+	var statuses []server.ClusterStatus
+	for range time.Tick(10 * time.Second) {
+		statuses = srv.AppendStatuses(statuses[:0])
+		ready := 0
+		for _, st := range statuses {
+			if st.Phase == server.PhaseReady {
+				ready++
+			}
+		}
+		fmt.Printf("%d of %d members ready\n", ready, len(statuses))
 	}
 }
