@@ -160,9 +160,25 @@ func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 // fleetEngineEnv names the file holding an engine child's fleetEngineSpec.
 const fleetEngineEnv = "MCCR_E2E_FLEET_ENGINE"
 
-// maxStartsEnv, when set, is the engine's Options.MaxConcurrentStarts (the
-// default's bound against none, say: -1).
+// maxStartsEnv, when set, is the engines' Options.MaxConcurrentStarts in
+// the fleet benchmarks (the default's bound against none, say: -1).
 const maxStartsEnv = "MCCR_BENCH_MAX_STARTS"
+
+// benchStartsOption sets Options.MaxConcurrentStarts from maxStartsEnv,
+// when it is set.
+func benchStartsOption(tb testing.TB) server.Option {
+	return func(o *server.Options) {
+		v := os.Getenv(maxStartsEnv)
+		if v == "" {
+			return
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			tb.Fatalf("%s: %v", maxStartsEnv, err)
+		}
+		o.MaxConcurrentStarts = n
+	}
+}
 
 // isFleetEngineChild tells TestMain that this process is a fake fleet's
 // engine: it starts no fleet of its own.
@@ -285,16 +301,7 @@ func measureFleet(t *testing.T, spec *fleetEngineSpec) fleetFigures {
 		Metrics:                metricsserver.Options{BindAddress: addr},
 		HealthProbeBindAddress: "0",
 		Cache:                  cacheOptions(spec.Namespace),
-	}, func(o *server.Options) {
-		o.FleetPage = true
-		if v := os.Getenv(maxStartsEnv); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				t.Fatalf("%s: %v", maxStartsEnv, err)
-			}
-			o.MaxConcurrentStarts = n
-		}
-	})
+	}, func(o *server.Options) { o.FleetPage = true }, benchStartsOption(t))
 	if err != nil {
 		t.Fatal(err)
 	}

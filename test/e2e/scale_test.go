@@ -163,7 +163,7 @@ func startMCCR(tb testing.TB, host *rest.Config, ns string, w controllerWork) *m
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Cache:                  cacheOptions(ns),
-	})
+	}, benchStartsOption(tb))
 	if err != nil {
 		tb.Fatal(err)
 	}
