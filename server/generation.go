@@ -205,6 +205,9 @@ func (g *generation) attempt() (wasReady bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	// Answered: a start whose check answered within the slot's first
+	// hold keeps its slot for the CPU-heavy rest (see startGate).
+	slot.checked()
 
 	mgr, err := g.build(lease, end, mon, core)
 	if err != nil {

@@ -140,9 +140,15 @@ type Options struct {
 	// handshake), the reconciler setups and the initial lists up to synced
 	// caches, or the slot's one-second hold, whichever ends first (a start
 	// still going after a second waits on its API server, not on this
-	// process, and goes on without its slot). A freed slot goes to the
-	// newest waiting start, and every fourth to the oldest so that none
-	// starves. A member waiting for a slot is in PhaseQueued, and leaves at
+	// process, and goes on without its slot). A start whose check has no
+	// answer after 50 ms goes on without its slot likewise: its API server
+	// is far away (or not answering), and the rest of its start waits on
+	// the same round trips, so that a fleet of far clusters starts as fast
+	// as an unbounded one (500 clusters 50 ms away: 3.9 s, unbounded 5.3 s
+	// in one run; 6.5 s with the slot held through every round trip).
+	//
+	// A freed slot goes to the newest waiting start, and every fourth to
+	// the oldest so that none starves. A member waiting for a slot is in PhaseQueued, and leaves at
 	// once when deleted. Default: 8 per core (GOMAXPROCS at NewServer);
 	// negative: no bound, every member starts at once, as soon as it is
 	// added.
@@ -206,7 +212,7 @@ func (o *Options) defaults(gracefulShutdown *time.Duration) {
 	if o.MaxConcurrentStarts == 0 {
 		o.MaxConcurrentStarts = 8 * runtime.GOMAXPROCS(0)
 	}
-	o.starts = newStartGate(o.MaxConcurrentStarts, startSlotHold)
+	o.starts = newStartGate(o.MaxConcurrentStarts, startSlotHold, startCheckHold)
 	if o.StopTimeout <= 0 {
 		o.StopTimeout = -1 // wait as long as the Manager takes
 		if d, forever := member.ShutdownTimeout(gracefulShutdown); !forever {

@@ -31,15 +31,23 @@ import (
 // held the slot for hold, whichever comes first: a start taking longer is
 // waiting on something other than this process's CPU (a busy or silent API
 // server, the probe's timeout) and goes on without a slot, so that a few
-// unreachable clusters never hold up the rest.
+// unreachable clusters never hold up the rest. The first part of a start,
+// its reachability check (a dial, a TLS handshake, one request), keeps
+// the slot for checkHold only: a check still without an answer then is
+// waiting on the network, for an API server far away (every round trip
+// tens of milliseconds) or not answering, and the start goes on without a
+// slot. Otherwise a fleet of far clusters would start no faster than the
+// bound's starts' round trips allow (500 clusters 50 ms away: 6.5 s, where
+// unbounded starts took 3.8 s), however idle this process's cores.
 //
 // A start waiting for a slot is a goroutine parked on a channel that
 // leaves as soon as its context ends (a Delete, an Update, the Server
 // stopping): nothing ever waits for a slot to stop. A member that runs
 // holds none while it stops.
 type startGate struct {
-	limit int           // most slots held at once
-	hold  time.Duration // how long a start may keep its slot; 0: until released
+	limit     int           // most slots held at once
+	hold      time.Duration // how long a start may keep its slot; 0: until released
+	checkHold time.Duration // how long, until its check has answered (checked)
 
 	mu      sync.Mutex
 	busy    int // slots held
@@ -56,13 +64,23 @@ const oldestEvery = 4
 // variable for tests.
 var startSlotHold = time.Second
 
-// newStartGate returns a gate of limit slots, each held for hold at most;
-// nil (no gate: every start begins at once) when limit is not positive.
-func newStartGate(limit int, hold time.Duration) *startGate {
+// startCheckHold is how long a start keeps its slot before its
+// reachability check has answered: a near API server answers a check in a
+// few milliseconds (tens, with the bound's starts sharing two busy cores),
+// a far one takes three round trips. A variable for tests.
+var startCheckHold = 50 * time.Millisecond
+
+// newStartGate returns a gate of limit slots, each held for hold at most,
+// and for checkHold until its start's check has answered (0: hold); nil
+// (no gate: every start begins at once) when limit is not positive.
+func newStartGate(limit int, hold, checkHold time.Duration) *startGate {
 	if limit <= 0 {
 		return nil
 	}
-	return &startGate{limit: limit, hold: hold}
+	if checkHold <= 0 || hold > 0 && checkHold > hold {
+		checkHold = hold
+	}
+	return &startGate{limit: limit, hold: hold, checkHold: checkHold}
 }
 
 // startWaiter is one start waiting for a slot, in the gate's queue.
@@ -74,8 +92,9 @@ type startWaiter struct {
 // startSlot is a slot held by a start; release gives it back.
 type startSlot struct {
 	gate  *startGate
+	taken time.Time
 	done  atomic.Bool
-	timer *time.Timer // gives the slot back after the gate's hold
+	timer *time.Timer // gives the slot back after the gate's checkHold, then hold
 }
 
 // acquire returns a slot for a start, waiting its turn while all are
@@ -138,13 +157,33 @@ func (q *startGate) grantLocked() {
 	}
 }
 
-// slotLocked makes a slot that gives itself back after the gate's hold.
+// slotLocked makes a slot that gives itself back after the gate's
+// checkHold, unless checked extends it.
 func (q *startGate) slotLocked() *startSlot {
-	s := &startSlot{gate: q}
-	if q.hold > 0 {
-		s.timer = time.AfterFunc(q.hold, s.giveBack)
+	s := &startSlot{gate: q, taken: time.Now()}
+	if q.checkHold > 0 {
+		s.timer = time.AfterFunc(q.checkHold, s.giveBack)
 	}
 	return s
+}
+
+// checked tells the slot that its start's reachability check has
+// answered: a slot still held is kept for the rest of the gate's hold,
+// counted from when it was taken. Called by the start that holds it,
+// before release; a nil slot does nothing.
+func (s *startSlot) checked() {
+	if s == nil || s.timer == nil {
+		return
+	}
+	q := s.gate
+	if q.hold > 0 && q.hold <= q.checkHold {
+		return // one hold for the whole start
+	}
+	// Stop fails once the timer has fired: the slot is given back (or
+	// being given back) already, and stays so.
+	if s.timer.Stop() && q.hold > 0 {
+		s.timer.Reset(time.Until(s.taken.Add(q.hold)))
+	}
 }
 
 // release gives the slot back, handing it to a waiting start if one

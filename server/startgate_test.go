@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -84,7 +85,7 @@ func expectStats(t *testing.T, q *startGate, busy, waiting int) {
 // newest waiting start, except every fourth, which goes to the oldest.
 func TestStartGateNewestFirstOldestEveryFourth(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	q := newStartGate(1, 0)
+	q := newStartGate(1, 0, 0)
 	held := mustAcquire(t, q)
 	var w [6]<-chan startResult
 	for i := range w {
@@ -115,7 +116,7 @@ func TestStartGateNewestFirstOldestEveryFourth(t *testing.T) {
 // each oldest after it.
 func TestStartGateOldestProgressesUnderArrivals(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	q := newStartGate(1, 0)
+	q := newStartGate(1, 0, 0)
 	held := mustAcquire(t, q)
 	type waiter struct {
 		id int
@@ -175,7 +176,7 @@ func TestStartGateOldestProgressesUnderArrivals(t *testing.T) {
 // goes to another start.
 func TestStartGateLeavingWhileWaitingIsImmediate(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	q := newStartGate(1, 0)
+	q := newStartGate(1, 0, 0)
 	held := mustAcquire(t, q)
 	older := queueStart(context.Background(), t, q)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -217,7 +218,7 @@ func TestStartGateLeavingWhileWaitingIsImmediate(t *testing.T) {
 func TestStartGateRaces(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	const limit, starts = 3, 400
-	q := newStartGate(limit, 20*time.Millisecond)
+	q := newStartGate(limit, 20*time.Millisecond, 0)
 	var granted atomic.Int32
 	var wg sync.WaitGroup
 	for i := range uint64(starts) {
@@ -258,7 +259,7 @@ func TestStartGateRaces(t *testing.T) {
 func TestStartGateNeverExceedsLimit(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	const limit, starts = 4, 300
-	q := newStartGate(limit, 0)
+	q := newStartGate(limit, 0, 0)
 	var inside atomic.Int32
 	var wg sync.WaitGroup
 	for i := range starts {
@@ -286,7 +287,7 @@ func TestStartGateNeverExceedsLimit(t *testing.T) {
 // later gives nothing back twice.
 func TestStartGateHoldExpires(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
-	q := newStartGate(1, 50*time.Millisecond)
+	q := newStartGate(1, 50*time.Millisecond, 0)
 	slow := mustAcquire(t, q)
 	next := queueStart(context.Background(), t, q)
 	s := expectGranted(t, "the start after one that held its slot too long", next)
@@ -300,13 +301,64 @@ func TestStartGateHoldExpires(t *testing.T) {
 	})
 }
 
+// TestStartGateCheckHold: a start whose check has not answered within
+// the gate's checkHold gives its slot back then (it waits on the network);
+// one whose check answered keeps it for the rest of the hold, or, with no
+// hold, until it releases it. A check answering after its checkHold gives
+// nothing back twice.
+func TestStartGateCheckHold(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	const checkHold = 30 * time.Millisecond
+	for _, hold := range []time.Duration{400 * time.Millisecond, 0} {
+		t.Run(fmt.Sprintf("hold=%s", hold), func(t *testing.T) {
+			q := newStartGate(1, hold, checkHold)
+
+			// No answer: the slot goes to the next start after checkHold.
+			far := mustAcquire(t, q)
+			begin := time.Now()
+			s := expectGranted(t, "the start after one whose check got no answer", queueStart(context.Background(), t, q))
+			if took := time.Since(begin); took >= hold && hold > 0 {
+				t.Errorf("slot given back after %s, want about %s (checkHold), before the hold %s", took, checkHold, hold)
+			}
+			far.checked() // answered too late: given back already
+			expectStats(t, q, 1, 0)
+			far.release()
+			expectStats(t, q, 1, 0)
+
+			// Answered: kept past checkHold.
+			s.checked()
+			next := queueStart(context.Background(), t, q)
+			time.Sleep(3 * checkHold) // the window in which the slot must stay held
+			expectWaiting(t, "a start behind one whose check answered", next)
+			expectStats(t, q, 1, 1)
+			if hold > 0 {
+				begin = time.Now()
+				s2 := expectGranted(t, "the start after the hold expired", next)
+				if took := time.Since(begin) + 3*checkHold; took < hold-checkHold {
+					t.Errorf("slot of a checked start given back after %s, want the hold %s", took, hold)
+				}
+				s.release() // expired already
+				expectStats(t, q, 1, 0)
+				s2.release()
+			} else {
+				s.release()
+				expectGranted(t, "the start after the release", next).release()
+			}
+			expectStats(t, q, 0, 0)
+		})
+	}
+	test.Eventually(t, 10*time.Second, "the slots' timers are gone", func() bool {
+		return goleak.Find(ignore) == nil
+	})
+}
+
 // TestStartGatePlainBound: limit starts get a slot at once, whatever
 // else keeps the cores busy; the next waits, with nothing looking again by
 // itself, until a slot frees, and gets it then.
 func TestStartGatePlainBound(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	const limit = 3
-	q := newStartGate(limit, 0)
+	q := newStartGate(limit, 0, 0)
 	held := make([]*startSlot, 0, limit)
 	for range limit {
 		held = append(held, mustAcquire(t, q))
@@ -342,7 +394,7 @@ func TestStartGateDefaultAndOff(t *testing.T) {
 	}
 	o := Options{MaxConcurrentStarts: 7}
 	o.defaults(nil)
-	if o.starts == nil || o.starts.limit != 7 || o.starts.hold != startSlotHold {
+	if o.starts == nil || o.starts.limit != 7 || o.starts.hold != startSlotHold || o.starts.checkHold != startCheckHold {
 		t.Fatalf("MaxConcurrentStarts 7 made %+v", o.starts)
 	}
 }
@@ -351,7 +403,7 @@ func TestStartGateDefaultAndOff(t *testing.T) {
 // never makes a start wait, and its slots' release does nothing.
 func TestStartGateUnbounded(t *testing.T) {
 	for _, limit := range []int{0, -1} {
-		if q := newStartGate(limit, time.Second); q != nil {
+		if q := newStartGate(limit, time.Second, 0); q != nil {
 			t.Fatalf("a limit of %d made a gate", limit)
 		}
 	}
