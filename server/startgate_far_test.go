@@ -1,0 +1,119 @@
+package server_test
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/server"
+	"github.com/mccr-dev/mccr/test"
+)
+
+// TestFarMembersDoNotWaitForEachOthersRoundTrips: members whose API
+// servers are far away (200 ms added to every round trip, so that a
+// reachability check takes several hundred milliseconds) start together
+// even with a single start slot whose hold never expires: each gives the
+// slot back once its check has gone 50 ms without an answer. All of them
+// reach their reconciler setups at once (each setup waits until all are in
+// theirs: were the slot held through the check and the setups, only one
+// ever would be), and each is Ready after that. A near member, whose check
+// answers at once, keeps its slot: the next waits Queued meanwhile.
+func TestFarMembersDoNotWaitForEachOthersRoundTrips(t *testing.T) {
+	ns := testNamespace(t)
+	server.SetStartSlotHold(t, time.Hour)
+	ignore := goleak.IgnoreCurrent()
+	r := startServer(t, ns, nil, func(o *server.Options) { o.MaxConcurrentStarts = 1 })
+
+	const n = 4
+	var entered atomic.Int32
+	together := make(chan struct{})
+	letGo := sync.OnceFunc(func() { close(together) })
+	defer letGo()
+	far := make(map[string]bool, n) // by the API server's address a member's Manager reaches
+	var farMu sync.Mutex
+	r.srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
+		farMu.Lock()
+		isFar := far[mgr.GetConfig().Host]
+		farMu.Unlock()
+		if !isFar {
+			return nil
+		}
+		entered.Add(1)
+		<-together
+		return nil
+	})
+
+	names := make([]string, n)
+	var proxies []*test.FaultProxy
+	defer func() { // also on the way out of a failed test
+		for _, p := range proxies {
+			_ = p.Close()
+		}
+	}()
+	for i := range names {
+		p, err := test.StartFaultProxy(fleet.Cluster(members[i%len(members)]).Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxies = append(proxies, p)
+		p.SetLatency(100 * time.Millisecond) // each way
+		names[i] = fmt.Sprintf("far-%d", i)
+		farMu.Lock()
+		far[p.Config().Host] = true
+		farMu.Unlock()
+		if err := r.srv.Add(config.NewNamedConfig(names[i], p.Config())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	test.Eventually(t, 60*time.Second, "every far member in its setups at once, with one start slot", func() bool {
+		return entered.Load() >= n
+	})
+	letGo()
+	waitReady(t, r.srv, names...)
+
+	// A near member answers its check at once and keeps the slot while
+	// its setups run: the next member waits for it.
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	defer release()
+	var nearEntered atomic.Bool
+	nearHost := fleet.Cluster("m1").Config.Host // near-0's; near-1 is on m2
+	r.srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
+		if mgr.GetConfig().Host == nearHost {
+			nearEntered.Store(true)
+			<-hold
+		}
+		return nil
+	})
+	if err := r.srv.Add(config.NewNamedConfig("near-0", fleet.Cluster("m1").Config)); err != nil {
+		t.Fatal(err)
+	}
+	test.Eventually(t, 30*time.Second, "near-0 in its setups", nearEntered.Load)
+	if err := r.srv.Add(config.NewNamedConfig("near-1", fleet.Cluster("m2").Config)); err != nil {
+		t.Fatal(err)
+	}
+	test.Eventually(t, 30*time.Second, "near-1 Queued behind near-0's slot", func() bool {
+		st, err := r.srv.Status("near-1")
+		return err == nil && st.Phase == server.PhaseQueued
+	})
+	release()
+	waitReady(t, r.srv, "near-0", "near-1")
+
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range proxies {
+		if err := p.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	proxies = nil
+	fleet.CloseConnections()
+	verifyNoLeaks(t, ignore)
+}
