@@ -148,10 +148,10 @@ type Options struct {
 	// in one run; 6.5 s with the slot held through every round trip).
 	//
 	// A freed slot goes to the newest waiting start, and every fourth to
-	// the oldest so that none starves. A member waiting for a slot is in PhaseQueued, and leaves at
-	// once when deleted. Default: 8 per core (GOMAXPROCS at NewServer);
-	// negative: no bound, every member starts at once, as soon as it is
-	// added.
+	// the oldest so that none starves. A member waiting for a slot is in
+	// PhaseQueued, and leaves at once when deleted. Default: 8 per core
+	// (GOMAXPROCS at NewServer); negative: no bound, every member starts
+	// at once, as soon as it is added.
 	//
 	// Why a bound. Members started together leave the process holding
 	// more memory at rest than members started a few at a time: the
