@@ -50,7 +50,7 @@ func TestFarMembersDoNotWaitForEachOthersRoundTrips(t *testing.T) {
 	})
 
 	names := make([]string, n)
-	var proxies []*test.FaultProxy
+	proxies := make([]*test.FaultProxy, 0, n)
 	defer func() { // also on the way out of a failed test
 		for _, p := range proxies {
 			_ = p.Close()

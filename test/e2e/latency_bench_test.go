@@ -27,7 +27,7 @@ func BenchmarkSlowNetwork(b *testing.B) {
 		rtt      time.Duration
 		eng      string
 	}
-	var runs []run
+	runs := make([]run, 0, 6)
 	for _, rtt := range []time.Duration{0, 50 * time.Millisecond} {
 		for _, eng := range []string{engineMCCR, enginePlain} {
 			runs = append(runs, run{50, rtt, eng})
