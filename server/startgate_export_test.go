@@ -13,3 +13,13 @@ func SetStartSlotHold(t testing.TB, d time.Duration) {
 	startSlotHold = d
 	t.Cleanup(func() { startSlotHold = old })
 }
+
+// StartSlots reports how many of s's start slots are held and how many
+// starts wait for one (both 0 when MaxConcurrentStarts leaves the gate
+// out).
+func StartSlots(s *Server) (held, waiting int) {
+	if s.env.opts.starts == nil {
+		return 0, 0
+	}
+	return s.env.opts.starts.stats()
+}
