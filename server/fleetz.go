@@ -83,7 +83,7 @@ func (h *fleetPage) serve(w http.ResponseWriter, r *http.Request, contentType st
 // page gathers one view of the fleet at now.
 func (h *fleetPage) page(now time.Time, phase, sortBy string) *fleetz.Page {
 	statuses := h.s.Statuses()
-	counts := readReconcileCounts()
+	counts := readReconcileCounts(statuses)
 	window, rates := h.rates.rates(now, counts)
 
 	p := &fleetz.Page{

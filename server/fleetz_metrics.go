@@ -43,11 +43,21 @@ func (rc reconcileCounts) add(cluster, controller string, total, errors float64)
 	ctrls[controller] = c
 }
 
-// readReconcileCounts reads the mccr_reconcile_ counters from the
-// members' own records, without gathering any series.
-func readReconcileCounts() reconcileCounts {
-	rc := reconcileCounts{byCluster: map[string]map[string]reconcileCount{}}
-	memberSeriesSet.each(func(name string, m *memberSeries) {
+// readReconcileCounts reads the mccr_reconcile_ counters of the members
+// in statuses (the Server's) from their records, without gathering any
+// series. The records are the process's: those of another Server's
+// members (one running alongside, in a test or a program with two) are
+// not this Server's figures, and its page's totals add up its own rows.
+func readReconcileCounts(statuses []ClusterStatus) reconcileCounts {
+	rc := reconcileCounts{byCluster: make(map[string]map[string]reconcileCount, len(statuses))}
+	names := func(yield func(string) bool) {
+		for i := range statuses {
+			if !yield(statuses[i].Name) {
+				return
+			}
+		}
+	}
+	memberSeriesSet.eachOf(names, func(name string, m *memberSeries) {
 		for _, c := range m.controllers {
 			rc.add(name, c.name, float64(c.total()), float64(c.errors))
 		}

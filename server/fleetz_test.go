@@ -76,6 +76,13 @@ func TestFleetPageReadsTheClusterRecords(t *testing.T) {
 	quoted.probed(nil, reach.Result{At: probedAt, Took: 5 * time.Second, Err: errors.New("no answer")})
 	clusterSeries{name: names[0]}.reconciled("widgets", "success", time.Millisecond)
 	clusterSeries{name: names[0]}.reconciled("widgets", "error", time.Millisecond)
+	// The series of a member of another Server of the process (the
+	// registry is the process's): neither a row of this page nor in its
+	// totals.
+	stranger := clusterSeries{name: "another-servers-member"}
+	stranger.init()
+	stranger.reconciled("gadgets", "success", time.Millisecond)
+	t.Cleanup(stranger.forget)
 	h := &fleetPage{s: srv}
 
 	res, body := get(t, h.serveJSON, "/fleetz.json")
@@ -138,8 +145,8 @@ func TestFleetPageReadsTheClusterRecords(t *testing.T) {
 			t.Errorf("%s controllers %+v, want widgets with 2 reconciles, 1 error", c.Name, c.Controllers)
 		}
 	}
-	if len(p.Controllers) != 1 || p.Controllers[0].Name != "widgets" || p.Controllers[0].Reconciles != 2 {
-		t.Errorf("controller totals %+v", p.Controllers)
+	if len(p.Controllers) != 1 || p.Controllers[0].Name != "widgets" || p.Controllers[0].Reconciles != 2 || p.Controllers[0].Errors != 1 {
+		t.Errorf("controller totals %+v, want only widgets with 2 reconciles, 1 error", p.Controllers)
 	}
 
 	// The filter.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"iter"
 	"slices"
 	"strings"
 	"sync"
@@ -148,19 +149,41 @@ func (s *seriesSet) delete(name string) {
 	delete(s.byName, name)
 }
 
+// seriesEntry is a record and its name, as each and eachOf visit them.
+type seriesEntry struct {
+	name string
+	m    *memberSeries
+}
+
 // each calls fn with every member's record, locked, in no order.
 func (s *seriesSet) each(fn func(name string, m *memberSeries)) {
-	type entry struct {
-		name string
-		m    *memberSeries
-	}
 	s.mu.RLock()
-	all := make([]entry, 0, len(s.byName))
+	all := make([]seriesEntry, 0, len(s.byName))
 	for name, m := range s.byName {
-		all = append(all, entry{name, m})
+		all = append(all, seriesEntry{name, m})
 	}
 	s.mu.RUnlock()
-	for _, e := range all {
+	visit(all, fn)
+}
+
+// eachOf calls fn with the record of each of names that has one, locked,
+// in the order of names: one Server's members, where the set holds those
+// of every Server of the process.
+func (s *seriesSet) eachOf(names iter.Seq[string], fn func(name string, m *memberSeries)) {
+	var some []seriesEntry
+	s.mu.RLock()
+	for name := range names {
+		if m := s.byName[name]; m != nil {
+			some = append(some, seriesEntry{name, m})
+		}
+	}
+	s.mu.RUnlock()
+	visit(some, fn)
+}
+
+// visit calls fn with each record, under the record's lock alone.
+func visit(entries []seriesEntry, fn func(name string, m *memberSeries)) {
+	for _, e := range entries {
 		e.m.mu.Lock()
 		fn(e.name, e.m)
 		e.m.mu.Unlock()
@@ -390,6 +413,24 @@ func (s clusterSeries) reconciled(controller, result string, took time.Duration)
 
 // forget drops every series of the cluster, and only those.
 func (s clusterSeries) forget() { memberSeriesSet.delete(s.name) }
+
+// forgetSeries drops the series of every member of a Server whose Start
+// has returned, once none of them runs any more. The registry they are
+// served from is the process's: a later Server of the same process (a
+// program that makes a new one after its Start returned, a test) would
+// otherwise serve them on its own /metrics and fleet page, as Stopped
+// members it does not have, and add them to the figures of its members of
+// the same names. A record retired meanwhile is skipped: its name may be a
+// new record's.
+func (r *registry) forgetSeries() {
+	for _, c := range r.all() {
+		c.mu.Lock()
+		if !c.dead {
+			c.series.forget()
+		}
+		c.mu.Unlock()
+	}
+}
 
 // shardSeries is a sharded replica's series (shard.Metrics).
 type shardSeries struct{ replica string }

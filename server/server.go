@@ -343,6 +343,7 @@ func (s *Server) Start(ctx context.Context) error {
 	err := s.host.Start(ctx)
 	s.stopWatchers()
 	s.runs.Wait()
+	s.clusters.forgetSeries()
 	s.releaseHost()
 	return err
 }
