@@ -128,7 +128,8 @@
 // member adds to one series), so every Reconcile of a member's controller is
 // also counted per cluster: mccr_reconcile_total{cluster,controller,result},
 // mccr_reconcile_errors_total and the mccr_reconcile_time_seconds
-// histogram. Every series of a cluster goes when it is deleted.
+// histogram. Every series of a cluster goes when it is deleted, and every
+// member's when its Server's Start returns.
 //
 // A member whose controllers watch a kind its API server does not serve yet
 // (a CRD not installed there) is Ready all the same: its other controllers
