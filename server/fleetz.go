@@ -81,8 +81,16 @@ func (h *fleetPage) serve(w http.ResponseWriter, r *http.Request, contentType st
 }
 
 // page gathers one view of the fleet at now.
-func (h *fleetPage) page(now time.Time, phase, sortBy string) *fleetz.Page {
-	statuses := h.s.Statuses()
+func (h *fleetPage) page(now time.Time, phase, sortBy string) (p *fleetz.Page) {
+	// The rows copy what they show of each status (the maps and slices
+	// they share are published ones, never changed): the buffer goes back
+	// to the pool when the page is gathered.
+	h.s.withStatuses(func(statuses []ClusterStatus) { p = h.pageOf(now, statuses, phase, sortBy) })
+	return p
+}
+
+// pageOf is page, of statuses.
+func (h *fleetPage) pageOf(now time.Time, statuses []ClusterStatus, phase, sortBy string) *fleetz.Page {
 	counts := readReconcileCounts(statuses)
 	window, rates := h.rates.rates(now, counts)
 
