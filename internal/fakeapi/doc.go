@@ -19,9 +19,12 @@
 // strategic merge and JSON patch), delete and deletecollection, and watch
 // from a resourceVersion, including the streaming watch-list that client-go
 // informers use by default (initial ADDED events closed by the
-// "k8s.io/initial-events-end" bookmark). It always answers in JSON,
-// whatever the client asks for; clients decode by the Content-Type of the
-// answer, and protobuf request bodies are understood. Clients speak
+// "k8s.io/initial-events-end" bookmark). Like a kube-apiserver it answers
+// objects, lists, watches and errors in protobuf to clients that ask for it
+// (controller-runtime and client-go do for these built-in types), each
+// object encoded once when written, and in JSON to the others (dynamic
+// clients, and those that ask for YAML or tables); discovery is JSON.
+// Protobuf request bodies are understood. Clients speak
 // HTTP/1.1 to it unless WithHTTP2 offers HTTP/2, as a kube-apiserver does
 // (one connection per client then carries every request and watch); with
 // WithCertificate it presents a certificate of the test's choosing, such
@@ -37,8 +40,10 @@
 // dry run, finalizers and graceful deletion (deletes are immediate;
 // deleting a Namespace deletes what is in it at once), admission,
 // validation beyond names and resourceVersions, pagination (lists come
-// whole), and periodic bookmarks. Namespaced objects may be created in
-// Namespaces that do not exist.
+// whole), periodic bookmarks, YAML and CBOR, and conversions to Table or
+// PartialObjectMetadata: clients that ask for those get the objects in
+// JSON, which the metadata client and kubectl accept. Namespaced objects
+// may be created in Namespaces that do not exist.
 //
 // Close ends every watch and waits for every handler, so a test can check
 // with goleak that neither side leaves goroutines behind.

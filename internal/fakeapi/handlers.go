@@ -31,7 +31,8 @@ var codecs = func() serializer.CodecFactory {
 	return serializer.NewCodecFactory(sch)
 }()
 
-// resource serves /api/v1/[namespaces/{ns}/]{resource}[/{name}].
+// resource serves /api/v1/[namespaces/{ns}/]{resource}[/{name}], in the
+// format the request's Accept header negotiates.
 func (s *Server) resource(w http.ResponseWriter, r *http.Request, parts []string) {
 	var ns, name string
 	if len(parts) >= 3 && parts[0] == "namespaces" {
@@ -42,46 +43,50 @@ func (s *Server) resource(w http.ResponseWriter, r *http.Request, parts []string
 	}
 	k := kindFor(parts[0])
 	if k == nil || len(parts) > 2 || (!k.namespaced && ns != "") || (k.namespaced && ns == "" && name != "") {
-		writeError(w, apierrors.NewNotFound(corev1.Resource(parts[0]), name))
+		writeError(w, r, apierrors.NewNotFound(corev1.Resource(parts[0]), name))
 		return
 	}
+	fm := negotiate(r.Header.Get("Accept"))
 	q := r.URL.Query()
 	verb := verbOf(r.Method, name != "", q.Get("watch") == "true" || q.Get("watch") == "1")
 	if verb == "" {
-		writeError(w, apierrors.NewMethodNotSupported(k.gr(), r.Method))
+		writeError(w, r, apierrors.NewMethodNotSupported(k.gr(), r.Method))
 		return
 	}
 	if s.isForbidden(k.resource) {
-		writeError(w, apierrors.NewForbidden(k.gr(), name,
+		writeError(w, r, apierrors.NewForbidden(k.gr(), name,
 			fmt.Errorf("User %q cannot %s resource %q in API group \"\"", "fakeapi", verb, k.resource))) //nolint:staticcheck // ST1005: kube-apiserver's own wording
 		return
 	}
 	f, err := parseFilter(ns, q)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 
 	var body []byte
+	var e entry
 	code := http.StatusOK
 	switch verb {
 	case "watch":
-		s.watch(w, r, k, f)
+		s.watch(w, r, k, f, fm)
 		return
 	case "list":
-		body = s.list(k, f)
+		body = s.list(k, f, fm)
 	case "create":
 		code = http.StatusCreated
-		body, err = s.createFrom(r, k, ns)
+		e, err = s.createFrom(r, k, ns)
+		body = e.in(fm)
 	case "update", "patch":
-		body, err = s.updateFrom(r, k, ns, name, verb == "patch")
+		e, err = s.updateFrom(r, k, ns, name, verb == "patch")
+		body = e.in(fm)
 	case "deletecollection":
 		s.mu.Lock()
 		for _, e := range s.selected(k, f) {
 			s.remove(k, e)
 		}
 		s.mu.Unlock()
-		body = success(k, "", "")
+		body = fm.encode(success(k, "", ""))
 	default: // get, delete
 		s.mu.Lock()
 		e, ok := s.get(k, ns, name)
@@ -93,16 +98,16 @@ func (s *Server) resource(w http.ResponseWriter, r *http.Request, parts []string
 		case !ok:
 			err = apierrors.NewNotFound(k.gr(), name)
 		case verb == "delete":
-			body = success(k, name, e.obj.GetUID())
+			body = fm.encode(success(k, name, e.obj.GetUID()))
 		default:
-			body = e.raw
+			body = e.in(fm)
 		}
 	}
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
-	writeRaw(w, code, body)
+	writeAs(w, code, fm, body)
 }
 
 // verbOf names a request the way RBAC does.
@@ -117,25 +122,34 @@ func verbOf(method string, named, watching bool) string {
 }
 
 // success is what a real server answers to a delete of these kinds.
-func success(k *kind, name string, uid types.UID) []byte {
-	return mustJSON(&metav1.Status{
+func success(k *kind, name string, uid types.UID) *metav1.Status {
+	return &metav1.Status{
 		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
 		Status:   metav1.StatusSuccess,
 		Details:  &metav1.StatusDetails{Name: name, Kind: k.resource, UID: uid},
-	})
+	}
 }
 
-func (s *Server) list(k *kind, f filter) []byte {
+// list encodes the k objects f selects as a list in fm, from the
+// encodings stored with them.
+func (s *Server) list(k *kind, f filter, fm format) []byte {
 	s.mu.Lock()
-	entries, rv := s.selected(k, f), s.rv
+	entries, rv := s.selected(k, f), strconv.FormatUint(s.rv, 10)
 	s.mu.Unlock()
+	if fm == formatProtobuf {
+		items := make([][]byte, len(entries))
+		for i, e := range entries {
+			items[i] = e.pb
+		}
+		return protobufList(k.kind+"List", rv, items)
+	}
 	l := struct {
 		metav1.TypeMeta `json:",inline"`
 		metav1.ListMeta `json:"metadata"`
 		Items           []runtime.RawExtension `json:"items"`
 	}{
 		TypeMeta: metav1.TypeMeta{Kind: k.kind + "List", APIVersion: "v1"},
-		ListMeta: metav1.ListMeta{ResourceVersion: strconv.FormatUint(rv, 10)},
+		ListMeta: metav1.ListMeta{ResourceVersion: rv},
 		Items:    make([]runtime.RawExtension, len(entries)),
 	}
 	for i, e := range entries {
@@ -144,19 +158,19 @@ func (s *Server) list(k *kind, f filter) []byte {
 	return mustJSON(l)
 }
 
-func (s *Server) createFrom(r *http.Request, k *kind, ns string) ([]byte, error) {
+func (s *Server) createFrom(r *http.Request, k *kind, ns string) (entry, error) {
 	obj, err := decodeBody(r, k, ns)
 	if err != nil {
-		return nil, err
+		return entry{}, err
 	}
 	if obj.GetResourceVersion() != "" {
-		return nil, badRequest("resourceVersion should not be set on objects to be created")
+		return entry{}, badRequest("resourceVersion should not be set on objects to be created")
 	}
 	if obj.GetName() == "" && obj.GetGenerateName() != "" {
 		obj.SetName(obj.GetGenerateName() + utilrand.String(5))
 	}
 	if obj.GetName() == "" {
-		return nil, apierrors.NewInvalid(k.gvk().GroupKind(), "", field.ErrorList{
+		return entry{}, apierrors.NewInvalid(k.gvk().GroupKind(), "", field.ErrorList{
 			field.Required(field.NewPath("metadata", "name"), "name or generateName is required")})
 	}
 	s.mu.Lock()
@@ -166,7 +180,7 @@ func (s *Server) createFrom(r *http.Request, k *kind, ns string) ([]byte, error)
 
 // updateFrom serves update (PUT) and patch. A patch applies to the stored
 // JSON under the lock, so that no other write comes in between.
-func (s *Server) updateFrom(r *http.Request, k *kind, ns, name string, patch bool) ([]byte, error) {
+func (s *Server) updateFrom(r *http.Request, k *kind, ns, name string, patch bool) (entry, error) {
 	var obj object
 	var p []byte
 	var err error
@@ -176,21 +190,21 @@ func (s *Server) updateFrom(r *http.Request, k *kind, ns, name string, patch boo
 		obj, err = decodeBody(r, k, ns)
 	}
 	if err != nil {
-		return nil, err
+		return entry{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur, ok := s.get(k, ns, name)
 	if !ok {
-		return nil, apierrors.NewNotFound(k.gr(), name)
+		return entry{}, apierrors.NewNotFound(k.gr(), name)
 	}
 	if patch {
 		if obj, err = applyPatch(r.Header.Get("Content-Type"), k, cur.raw, p); err != nil {
-			return nil, err
+			return entry{}, err
 		}
 	}
 	if obj.GetName() != name || obj.GetNamespace() != ns {
-		return nil, badRequest("the name or namespace of the object (%s/%s) does not match the URL (%s/%s)",
+		return entry{}, badRequest("the name or namespace of the object (%s/%s) does not match the URL (%s/%s)",
 			obj.GetNamespace(), obj.GetName(), ns, name)
 	}
 	return s.replace(k, cur, obj)
@@ -251,15 +265,16 @@ func decodeBody(r *http.Request, k *kind, ns string) (object, error) {
 	return obj, nil
 }
 
-// watch streams events as client-go's watch decoder reads them: one JSON
+// watch streams events as client-go's watch decoder reads them: one
 // metav1.WatchEvent after another in a chunked 200 answer, flushed as they
-// come. It ends when the client goes away, timeoutSeconds pass or the
-// server closes.
-func (s *Server) watch(w http.ResponseWriter, r *http.Request, k *kind, f filter) {
+// come, in fm: JSON, one a line, or protobuf, each after its length. It
+// ends when the client goes away, timeoutSeconds pass or the server
+// closes.
+func (s *Server) watch(w http.ResponseWriter, r *http.Request, k *kind, f filter, fm format) {
 	q := r.URL.Query()
 	initial := q.Get("sendInitialEvents") == "true"
 	if initial && !s.watchList {
-		writeError(w, apierrors.NewInvalid(metav1.SchemeGroupVersion.WithKind("ListOptions").GroupKind(), "", field.ErrorList{
+		writeError(w, r, apierrors.NewInvalid(metav1.SchemeGroupVersion.WithKind("ListOptions").GroupKind(), "", field.ErrorList{
 			field.Forbidden(field.NewPath("sendInitialEvents"), "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled")}))
 		return
 	}
@@ -269,12 +284,12 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, k *kind, f filter
 		defer t.Stop()
 		timeout = t.C
 	}
-	wt, gone, err := s.subscribe(k, f, q.Get("resourceVersion"), initial)
+	wt, gone, err := s.subscribe(k, f, q.Get("resourceVersion"), initial, fm)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Type", fm.contentType(true))
 	w.WriteHeader(http.StatusOK)
 	if wt == nil {
 		_, _ = w.Write(gone)

@@ -246,11 +246,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		if r.Context().Err() != nil {
 			panic(http.ErrAbortHandler)
 		}
-		writeError(w, apierrors.NewServiceUnavailable("shutting down"))
+		writeError(w, r, apierrors.NewServiceUnavailable("shutting down"))
 		return
 	}
 	if s.unauthorized.Load() || r.Header.Get("Authorization") != "Bearer "+s.token {
-		writeError(w, apierrors.NewUnauthorized("Unauthorized"))
+		writeError(w, r, apierrors.NewUnauthorized("Unauthorized"))
 		return
 	}
 	path := strings.Trim(r.URL.Path, "/")
@@ -278,7 +278,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		if gv, ok := strings.CutPrefix(path, "apis/"); ok {
 			l, found := s.groupVersion(gv)
 			if !found {
-				writeError(w, apierrors.NewNotFound(schema.GroupResource{}, path))
+				writeError(w, r, apierrors.NewNotFound(schema.GroupResource{}, path))
 				return
 			}
 			writeRaw(w, http.StatusOK, mustJSON(l))
@@ -286,7 +286,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		rest, ok := strings.CutPrefix(path, "api/v1/")
 		if !ok {
-			writeError(w, apierrors.NewNotFound(schema.GroupResource{}, path))
+			writeError(w, r, apierrors.NewNotFound(schema.GroupResource{}, path))
 			return
 		}
 		s.resource(w, r, strings.Split(rest, "/"))
@@ -326,20 +326,24 @@ func (s *Server) isForbidden(resource string) bool {
 	return s.forbidden[resource]
 }
 
-// writeRaw answers JSON whatever the Accept header asked for (protobuf,
-// CBOR): clients decode by the Content-Type of the answer.
-func writeRaw(w http.ResponseWriter, code int, b []byte) {
-	w.Header().Set("Content-Type", "application/json")
+// writeRaw answers JSON, as discovery does whatever the Accept header
+// asked for: clients decode by the Content-Type of the answer.
+func writeRaw(w http.ResponseWriter, code int, b []byte) { writeAs(w, code, formatJSON, b) }
+
+// writeAs answers b, encoded in f.
+func writeAs(w http.ResponseWriter, code int, f format, b []byte) {
+	w.Header().Set("Content-Type", f.contentType(false))
 	w.WriteHeader(code)
 	_, _ = w.Write(b)
 }
 
-// writeError answers err as the metav1.Status a real server sends, which
-// client-go turns back into an error that apierrors.IsNotFound and the
-// like recognize.
-func writeError(w http.ResponseWriter, err error) {
+// writeError answers err as the metav1.Status a real server sends, in the
+// format r negotiates, which client-go turns back into an error that
+// apierrors.IsNotFound and the like recognize.
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	st := apiStatus(err)
-	writeRaw(w, int(st.Code), mustJSON(st))
+	f := negotiate(r.Header.Get("Accept"))
+	writeAs(w, int(st.Code), f, f.encode(st))
 }
 
 func apiStatus(err error) *metav1.Status {

@@ -61,19 +61,31 @@ func kindOf(obj runtime.Object) *kind {
 	return nil
 }
 
-// entry is a stored object and its JSON. A write stores a new entry and
-// never changes an old one, so readers may use entries after unlocking.
+// entry is a stored object, encoded once in JSON and once in protobuf
+// for all the clients that read it. A write stores a new entry and never
+// changes an old one, so readers may use entries after unlocking.
 type entry struct {
 	obj object
-	raw []byte
+	raw []byte // JSON, which patches apply to
+	pb  []byte // protobuf, with its envelope
+}
+
+// in is the entry encoded in f.
+func (e entry) in(f format) []byte {
+	if f == formatProtobuf {
+		return e.pb
+	}
+	return e.raw
 }
 
 // event is a change as watchers see it.
 type event struct {
-	kind  *kind
-	rv    uint64
-	obj   object
-	frame []byte // the encoded metav1.WatchEvent, shared by all watchers
+	kind *kind
+	rv   uint64
+	obj  object
+	// frames are the event as a watch in each format carries it, shared
+	// by all watchers.
+	frames [2][]byte
 }
 
 // store holds the objects, the recent events and the open watches. One
@@ -106,18 +118,22 @@ func (st *store) get(k *kind, ns, name string) (entry, bool) {
 }
 
 // commit makes obj, which the caller hands over, the new state of its key,
-// or removes the key for Deleted, and tells the watchers. st.mu is held.
-func (st *store) commit(k *kind, typ watch.EventType, obj object) []byte {
+// or removes the key for Deleted, and tells the watchers. It returns the
+// entry of obj, stored or not. st.mu is held.
+func (st *store) commit(k *kind, typ watch.EventType, obj object) entry {
 	st.rv++
 	obj.SetResourceVersion(strconv.FormatUint(st.rv, 10))
 	obj.GetObjectKind().SetGroupVersionKind(k.gvk())
-	raw := mustJSON(obj)
+	e := entry{obj: obj, raw: mustJSON(obj), pb: mustProtobuf(obj)}
 	if typ == watch.Deleted {
 		delete(st.objects[k], key(obj.GetNamespace(), obj.GetName()))
 	} else {
-		st.objects[k][key(obj.GetNamespace(), obj.GetName())] = entry{obj, raw}
+		st.objects[k][key(obj.GetNamespace(), obj.GetName())] = e
 	}
-	ev := event{kind: k, rv: st.rv, obj: obj, frame: frame(typ, raw)}
+	ev := event{kind: k, rv: st.rv, obj: obj}
+	for _, f := range []format{formatJSON, formatProtobuf} {
+		ev.frames[f] = f.frame(typ, e.in(f))
+	}
 	st.log = append(st.log, ev)
 	if len(st.log) > 2*st.history {
 		drop := len(st.log) - st.history
@@ -126,16 +142,16 @@ func (st *store) commit(k *kind, typ watch.EventType, obj object) []byte {
 	}
 	for w := range st.watchers {
 		if w.kind == k && w.filter.match(obj) {
-			w.push(ev.frame)
+			w.push(ev.frames[w.format])
 		}
 	}
-	return raw
+	return e
 }
 
 // create stores a new object. st.mu is held.
-func (st *store) create(k *kind, obj object) ([]byte, error) {
+func (st *store) create(k *kind, obj object) (entry, error) {
 	if _, ok := st.get(k, obj.GetNamespace(), obj.GetName()); ok {
-		return nil, apierrors.NewAlreadyExists(k.gr(), obj.GetName())
+		return entry{}, apierrors.NewAlreadyExists(k.gr(), obj.GetName())
 	}
 	if obj.GetUID() == "" {
 		obj.SetUID(uuid.NewUUID())
@@ -149,9 +165,9 @@ func (st *store) create(k *kind, obj object) ([]byte, error) {
 // none. A write that changes nothing is no write, as on a real server: no
 // new resourceVersion and no event, or controllers that write what they
 // read would wake themselves forever. st.mu is held.
-func (st *store) replace(k *kind, cur entry, obj object) ([]byte, error) {
+func (st *store) replace(k *kind, cur entry, obj object) (entry, error) {
 	if rv := obj.GetResourceVersion(); rv != "" && rv != cur.obj.GetResourceVersion() {
-		return nil, apierrors.NewConflict(k.gr(), obj.GetName(), errors.New(
+		return entry{}, apierrors.NewConflict(k.gr(), obj.GetName(), errors.New(
 			"the object has been modified; please apply your changes to the latest version and try again"))
 	}
 	obj.SetUID(cur.obj.GetUID())
@@ -160,7 +176,7 @@ func (st *store) replace(k *kind, cur entry, obj object) ([]byte, error) {
 	obj.GetObjectKind().SetGroupVersionKind(k.gvk())
 	normalize(obj)
 	if string(mustJSON(obj)) == string(cur.raw) {
-		return cur.raw, nil
+		return cur, nil
 	}
 	return st.commit(k, watch.Modified, obj), nil
 }
@@ -287,6 +303,7 @@ func (f filter) match(o metav1.Object) bool {
 type watcher struct {
 	kind   *kind
 	filter filter
+	format format
 	mu     sync.Mutex
 	queue  [][]byte
 	wake   chan struct{} // capacity 1: "the queue is not empty"
@@ -311,25 +328,25 @@ func (w *watcher) take() [][]byte {
 }
 
 // subscribe registers a watch of the k objects f selects from
-// resourceVersion rv on. Its queue starts with what the client has not
-// seen: the current objects (for rv "" or "0", or initial, which ends them
-// with the bookmark watch-list clients wait for), or the events after rv.
-// From before the kept events, it returns the 410 frame a compacted server
-// sends, and no watcher.
-func (st *store) subscribe(k *kind, f filter, rv string, initial bool) (*watcher, []byte, error) {
+// resourceVersion rv on, whose frames are in fm. Its queue starts with
+// what the client has not seen: the current objects (for rv "" or "0", or
+// initial, which ends them with the bookmark watch-list clients wait for),
+// or the events after rv. From before the kept events, it returns the 410
+// frame a compacted server sends, and no watcher.
+func (st *store) subscribe(k *kind, f filter, rv string, initial bool, fm format) (*watcher, []byte, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	w := &watcher{kind: k, filter: f, wake: make(chan struct{}, 1)}
+	w := &watcher{kind: k, filter: f, format: fm, wake: make(chan struct{}, 1)}
 	if rv == "" || rv == "0" || initial {
 		for _, e := range st.selected(k, f) {
-			w.queue = append(w.queue, frame(watch.Added, e.raw))
+			w.queue = append(w.queue, fm.frame(watch.Added, e.in(fm)))
 		}
 		if initial {
 			bm := k.new()
 			bm.GetObjectKind().SetGroupVersionKind(k.gvk())
 			bm.SetResourceVersion(strconv.FormatUint(st.rv, 10))
 			bm.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
-			w.queue = append(w.queue, frame(watch.Bookmark, mustJSON(bm)))
+			w.queue = append(w.queue, fm.frame(watch.Bookmark, fm.encode(bm)))
 		}
 	} else {
 		from, err := strconv.ParseUint(rv, 10, 64)
@@ -338,11 +355,11 @@ func (st *store) subscribe(k *kind, f filter, rv string, initial bool) (*watcher
 		}
 		if from < st.compacted {
 			gone := apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", from, st.compacted+1))
-			return nil, frame(watch.Error, mustJSON(apiStatus(gone))), nil
+			return nil, fm.frame(watch.Error, fm.encode(apiStatus(gone))), nil
 		}
 		for _, ev := range st.log {
 			if ev.rv > from && ev.kind == k && f.match(ev.obj) {
-				w.queue = append(w.queue, ev.frame)
+				w.queue = append(w.queue, ev.frames[fm])
 			}
 		}
 	}
@@ -356,7 +373,9 @@ func (st *store) unsubscribe(w *watcher) {
 	delete(st.watchers, w)
 }
 
-func frame(typ watch.EventType, raw []byte) []byte {
+// jsonFrame is a JSON watch's frame for an event of typ about the object
+// in JSON: the metav1.WatchEvent on a line.
+func jsonFrame(typ watch.EventType, raw []byte) []byte {
 	return append(mustJSON(metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Raw: raw}}), '\n')
 }
 
