@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mccr-dev/mccr/internal/schedwait"
 )
 
 // startGate bounds how many members' starts are in their CPU-heavy part
@@ -31,14 +33,20 @@ import (
 // held the slot for hold, whichever comes first: a start taking longer is
 // waiting on something other than this process's CPU (a busy or silent API
 // server, the probe's timeout) and goes on without a slot, so that a few
-// unreachable clusters never hold up the rest. The first part of a start,
-// its reachability check (a dial, a TLS handshake, one request), keeps
-// the slot for checkHold only: a check still without an answer then is
-// waiting on the network, for an API server far away (every round trip
-// tens of milliseconds) or not answering, and the start goes on without a
-// slot. Otherwise a fleet of far clusters would start no faster than the
+// unreachable clusters never hold up the rest.
+//
+// The first part of a start, its reachability check (a dial, a TLS
+// handshake, one request), keeps the slot for checkHold only, unless this
+// process's goroutines are waiting for a CPU (schedwait): a check still
+// without an answer then, while the cores have time to spare, is waiting
+// on the network, for an API server far away (every round trip tens of
+// milliseconds) or not answering, and the start goes on without a slot.
+// Otherwise a fleet of far clusters would start no faster than the
 // bound's starts' round trips allow (500 clusters 50 ms away: 6.5 s, where
-// unbounded starts took 3.8 s), however idle this process's cores.
+// unbounded starts took 3.8 s), however idle the cores. While goroutines
+// wait for a CPU, a slow check is slow for want of one, as every start
+// is: the start keeps its slot (asking again every checkHold, up to the
+// hold), so that the bound holds exactly when the cores are busy.
 //
 // A start waiting for a slot is a goroutine parked on a channel that
 // leaves as soon as its context ends (a Delete, an Update, the Server
@@ -48,6 +56,7 @@ type startGate struct {
 	limit     int           // most slots held at once
 	hold      time.Duration // how long a start may keep its slot; 0: until released
 	checkHold time.Duration // how long, until its check has answered (checked)
+	cpuBusy   func() bool   // whether goroutines wait for a CPU (cpuWaiting)
 
 	mu      sync.Mutex
 	busy    int // slots held
@@ -80,8 +89,15 @@ func newStartGate(limit int, hold, checkHold time.Duration) *startGate {
 	if checkHold <= 0 || hold > 0 && checkHold > hold {
 		checkHold = hold
 	}
-	return &startGate{limit: limit, hold: hold, checkHold: checkHold}
+	return &startGate{limit: limit, hold: hold, checkHold: checkHold, cpuBusy: cpuBusy}
 }
+
+// cpuWaiting tells the gates whether this process's goroutines wait for a
+// CPU: one for the process, whose readings every gate shares.
+var cpuWaiting schedwait.Gauge
+
+// cpuBusy is what new gates ask: cpuWaiting, or a test's stand-in.
+var cpuBusy = cpuWaiting.Waiting
 
 // startWaiter is one start waiting for a slot, in the gate's queue.
 type startWaiter struct {
@@ -94,7 +110,10 @@ type startSlot struct {
 	gate  *startGate
 	taken time.Time
 	done  atomic.Bool
-	timer *time.Timer // gives the slot back after the gate's checkHold, then hold
+	timer *time.Timer // runs expire: after the gate's checkHold, then hold
+
+	mu       sync.Mutex // orders checked and expire
+	answered bool       // the start's check has answered
 }
 
 // acquire returns a slot for a start, waiting its turn while all are
@@ -157,12 +176,14 @@ func (q *startGate) grantLocked() {
 	}
 }
 
-// slotLocked makes a slot that gives itself back after the gate's
-// checkHold, unless checked extends it.
+// slotLocked makes a slot whose timer looks at it after the gate's
+// checkHold (see expire).
 func (q *startGate) slotLocked() *startSlot {
 	s := &startSlot{gate: q, taken: time.Now()}
 	if q.checkHold > 0 {
-		s.timer = time.AfterFunc(q.checkHold, s.giveBack)
+		s.mu.Lock() // expire reads the timer under it
+		s.timer = time.AfterFunc(q.checkHold, s.expire)
+		s.mu.Unlock()
 	}
 	return s
 }
@@ -175,15 +196,54 @@ func (s *startSlot) checked() {
 	if s == nil || s.timer == nil {
 		return
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.answered = true
+	// Stop fails once the timer has fired: expire has given the slot
+	// back, or runs and finds it answered.
+	if s.timer.Stop() {
+		s.rearmLocked()
+	}
+}
+
+// expire runs on the slot's timer: it gives the slot back, unless the
+// start's check has answered and the hold is not over, or the check has
+// not but goroutines wait for a CPU (then it looks again after checkHold,
+// the hold allowing).
+func (s *startSlot) expire() {
+	if s.done.Load() {
+		return
+	}
+	s.mu.Lock()
+	keep := s.answered || s.gate.cpuBusy != nil && s.gate.cpuBusy()
+	if keep && s.rearmLocked() {
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.giveBack()
+}
+
+// rearmLocked sets the timer for the slot's next look, and reports whether
+// the slot is still to be held: until the hold is over once its check
+// has answered (forever with no hold), or for checkHold more before.
+func (s *startSlot) rearmLocked() bool {
 	q := s.gate
-	if q.hold > 0 && q.hold <= q.checkHold {
-		return // one hold for the whole start
+	next := q.checkHold
+	if s.answered {
+		if q.hold <= 0 {
+			return true // until released
+		}
+		next = q.hold
 	}
-	// Stop fails once the timer has fired: the slot is given back (or
-	// being given back) already, and stays so.
-	if s.timer.Stop() && q.hold > 0 {
-		s.timer.Reset(time.Until(s.taken.Add(q.hold)))
+	if q.hold > 0 {
+		next = min(next, time.Until(s.taken.Add(q.hold)))
 	}
+	if next <= 0 {
+		return false
+	}
+	s.timer.Reset(next)
+	return true
 }
 
 // release gives the slot back, handing it to a waiting start if one

@@ -23,3 +23,13 @@ func StartSlots(s *Server) (held, waiting int) {
 	}
 	return s.env.opts.starts.stats()
 }
+
+// SetStartGateCPUBusy makes the start gates of Servers created from now
+// until the test ends take busy's word for whether goroutines wait for a
+// CPU, instead of the scheduler's: a test of what a slow check does gets
+// the same answer however loaded the machine running it is.
+func SetStartGateCPUBusy(t testing.TB, busy func() bool) {
+	old := cpuBusy
+	cpuBusy = busy
+	t.Cleanup(func() { cpuBusy = old })
+}

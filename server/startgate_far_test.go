@@ -19,7 +19,8 @@ import (
 // servers are far away (200 ms added to every round trip, so that a
 // reachability check takes several hundred milliseconds) start together
 // even with a single start slot whose hold never expires: each gives the
-// slot back once its check has gone 50 ms without an answer. All of them
+// slot back once its check has gone 50 ms without an answer while the
+// cores have time to spare. All of them
 // reach their reconciler setups at once (each setup waits until all are in
 // theirs: were the slot held through the check and the setups, only one
 // ever would be), and each is Ready after that. A near member, whose check
@@ -27,6 +28,7 @@ import (
 func TestFarMembersDoNotWaitForEachOthersRoundTrips(t *testing.T) {
 	ns := testNamespace(t)
 	server.SetStartSlotHold(t, time.Hour)
+	server.SetStartGateCPUBusy(t, cpuToSpare) // however loaded the machine running the test
 	ignore := goleak.IgnoreCurrent()
 	r := startServer(t, ns, nil, func(o *server.Options) { o.MaxConcurrentStarts = 1 })
 
@@ -114,6 +116,65 @@ func TestFarMembersDoNotWaitForEachOthersRoundTrips(t *testing.T) {
 		}
 	}
 	proxies = nil
+	fleet.CloseConnections()
+	verifyNoLeaks(t, ignore)
+}
+
+// cpuToSpare is the start gate's view of the cores in tests of slow
+// checks: goroutines never wait for a CPU.
+func cpuToSpare() bool { return false }
+
+// TestFarMemberKeepsItsSlotWhileTheCPUIsBusy: while goroutines wait for a
+// CPU, a slow check is slow for want of one, and a far member's start
+// keeps its slot through it and, once it answers, through its setups: the
+// next member waits Queued meanwhile, and starts once the slot frees.
+func TestFarMemberKeepsItsSlotWhileTheCPUIsBusy(t *testing.T) {
+	ns := testNamespace(t)
+	server.SetStartSlotHold(t, time.Hour)
+	server.SetStartGateCPUBusy(t, func() bool { return true })
+	ignore := goleak.IgnoreCurrent()
+	r := startServer(t, ns, nil, func(o *server.Options) { o.MaxConcurrentStarts = 1 })
+
+	p, err := test.StartFaultProxy(fleet.Cluster("m1").Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Close() }()
+	p.SetLatency(100 * time.Millisecond) // each way
+	farHost := p.Config().Host
+	var farInSetup atomic.Bool
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	defer release()
+	r.srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
+		if mgr.GetConfig().Host == farHost {
+			farInSetup.Store(true)
+			<-hold
+		}
+		return nil
+	})
+	if err := r.srv.Add(config.NewNamedConfig("far-busy", p.Config())); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.srv.Add(config.NewNamedConfig("near-behind", fleet.Cluster("m2").Config)); err != nil {
+		t.Fatal(err)
+	}
+	test.Eventually(t, 30*time.Second, "far-busy in its setups", farInSetup.Load)
+	if st, err := r.srv.Status("near-behind"); err != nil || st.Phase != server.PhaseQueued {
+		t.Fatalf("near-behind is %s (%v) while far-busy, whose slow check the busy CPU explains, holds the one slot; want Queued", st.Phase, err)
+	}
+	if held, waiting := server.StartSlots(r.srv); held != 1 || waiting != 1 {
+		t.Fatalf("gate holds %d slots with %d waiting, want 1 and 1", held, waiting)
+	}
+	release()
+	waitReady(t, r.srv, "far-busy", "near-behind")
+
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Error(err)
+	}
 	fleet.CloseConnections()
 	verifyNoLeaks(t, ignore)
 }

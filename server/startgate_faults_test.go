@@ -257,6 +257,7 @@ func healthyBehindHung(t *testing.T, srv *server.Server, hung []string, hold tim
 func TestHungServersDoNotHoldStartSlots(t *testing.T) {
 	ns := testNamespace(t)
 	server.SetStartSlotHold(t, time.Hour)
+	server.SetStartGateCPUBusy(t, cpuToSpare) // a slow check is the network's
 	ignore := goleak.IgnoreCurrent()
 	r := startServer(t, ns, nil, gatedStarts(faultLimit))
 	running := runningGoroutines()
@@ -299,6 +300,7 @@ func TestHungServersDoNotHoldStartSlots(t *testing.T) {
 func TestHungServersMidListDoNotHoldStartSlots(t *testing.T) {
 	ns := testNamespace(t)
 	server.SetStartSlotHold(t, faultHold)
+	server.SetStartGateCPUBusy(t, cpuToSpare) // a slow check is the network's
 	ignore := goleak.IgnoreCurrent()
 	r := startServer(t, ns, nil, gatedStarts(faultLimit))
 	running := runningGoroutines()
@@ -349,6 +351,7 @@ func TestHungServersMidListDoNotHoldStartSlots(t *testing.T) {
 func TestHungServersRefusedFreeTheirSlotAtOnce(t *testing.T) {
 	ns := testNamespace(t)
 	server.SetStartSlotHold(t, time.Hour)
+	server.SetStartGateCPUBusy(t, cpuToSpare) // a slow check is the network's
 	ignore := goleak.IgnoreCurrent()
 	r := startServer(t, ns, nil, gatedStarts(1))
 	running := runningGoroutines()

@@ -312,6 +312,7 @@ func TestStartGateCheckHold(t *testing.T) {
 	for _, hold := range []time.Duration{400 * time.Millisecond, 0} {
 		t.Run(fmt.Sprintf("hold=%s", hold), func(t *testing.T) {
 			q := newStartGate(1, hold, checkHold)
+			q.cpuBusy = func() bool { return false } // cores to spare
 
 			// No answer: the slot goes to the next start after checkHold.
 			far := mustAcquire(t, q)
@@ -347,6 +348,61 @@ func TestStartGateCheckHold(t *testing.T) {
 			expectStats(t, q, 0, 0)
 		})
 	}
+	test.Eventually(t, 10*time.Second, "the slots' timers are gone", func() bool {
+		return goleak.Find(ignore) == nil
+	})
+}
+
+// TestStartGateCheckHoldWhileCPUBusy: while goroutines wait for a CPU, a
+// start whose check has not answered keeps its slot past checkHold (its
+// check is slow for want of a CPU, as every start is), looking again every
+// checkHold: it gives the slot back once the cores have time to spare, or
+// when the hold is over, whichever comes first.
+func TestStartGateCheckHoldWhileCPUBusy(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	const checkHold = 20 * time.Millisecond
+	var busy atomic.Bool
+	busy.Store(true)
+	var looks atomic.Int32
+	q := newStartGate(1, 300*time.Millisecond, checkHold)
+	q.cpuBusy = func() bool { looks.Add(1); return busy.Load() }
+
+	// Busy all along: kept until the hold.
+	slow := mustAcquire(t, q)
+	begin := time.Now()
+	next := queueStart(context.Background(), t, q)
+	time.Sleep(5 * checkHold) // the window in which the slot must stay held
+	expectWaiting(t, "a start behind one whose check waits while the CPU is busy", next)
+	s := expectGranted(t, "the start after the hold", next)
+	if took := time.Since(begin); took < 250*time.Millisecond {
+		t.Errorf("slot given back after %s with the CPU busy, want the hold (300ms)", took)
+	}
+	if n := looks.Load(); n < 5 {
+		t.Errorf("the CPU asked about %d times in a hold of 15 checkHolds, want it asked every checkHold", n)
+	}
+	slow.release()
+
+	// Busy, then not: given back at the next look.
+	next = queueStart(context.Background(), t, q)
+	time.Sleep(3 * checkHold)
+	expectWaiting(t, "a start behind one whose check waits while the CPU is busy", next)
+	busy.Store(false)
+	begin = time.Now()
+	s2 := expectGranted(t, "the start after the CPU got time to spare", next)
+	if took := time.Since(begin); took > 150*time.Millisecond {
+		t.Errorf("slot given back %s after the CPU got time to spare, want within about checkHold", took)
+	}
+	s.release()
+
+	// Answered while busy: kept for the hold as any answered start.
+	s2.checked()
+	busy.Store(true)
+	next = queueStart(context.Background(), t, q)
+	time.Sleep(3 * checkHold)
+	expectWaiting(t, "a start behind one whose check answered", next)
+	s2.release()
+	expectGranted(t, "the start after the release", next).release()
+	expectStats(t, q, 0, 0)
 	test.Eventually(t, 10*time.Second, "the slots' timers are gone", func() bool {
 		return goleak.Find(ignore) == nil
 	})
