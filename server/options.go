@@ -141,11 +141,14 @@ type Options struct {
 	// caches, or the slot's one-second hold, whichever ends first (a start
 	// still going after a second waits on its API server, not on this
 	// process, and goes on without its slot). A start whose check has no
-	// answer after 50 ms goes on without its slot likewise: its API server
-	// is far away (or not answering), and the rest of its start waits on
-	// the same round trips, so that a fleet of far clusters starts as fast
-	// as an unbounded one (500 clusters 50 ms away: 3.9 s, unbounded 5.3 s
-	// in one run; 6.5 s with the slot held through every round trip).
+	// answer after 50 ms, while goroutines get a CPU at once, goes on
+	// without its slot likewise: its API server is far away (or not
+	// answering), and the rest of its start waits on the same round trips,
+	// so that a fleet of far clusters starts as fast as an unbounded one
+	// (500 clusters 50 ms away: 3.8-3.9 s, where slots held through every
+	// round trip took 5.8-6.5 s). While goroutines wait for a CPU (this
+	// process's or the machine's cores all busy), a slow check is slow for
+	// want of one, and the start keeps its slot.
 	//
 	// A freed slot goes to the newest waiting start, and every fourth to
 	// the oldest so that none starves. A member waiting for a slot is in

@@ -24,9 +24,12 @@ const latencies = "/sched/latencies:seconds"
 // lock.
 type Gauge struct {
 	// Threshold is the mean wait from which goroutines are said to wait
-	// for a CPU. Default 1ms: a free core takes a runnable goroutine in
-	// microseconds, while every core busy makes it wait for a running one
-	// to block or be preempted (every 10ms).
+	// for a CPU. Default 200µs: a free core takes a runnable goroutine in
+	// microseconds; cores that other processes keep busy make it wait
+	// tenths of a millisecond on average (the kernel runs this process's
+	// threads in turns with theirs), and every core of this process busy
+	// milliseconds (a runnable goroutine waits for a running one to block
+	// or be preempted, every 10ms).
 	Threshold time.Duration
 	// MinWindow is the shortest time between two readings. Default 10ms.
 	MinWindow time.Duration
@@ -68,7 +71,7 @@ func (g *Gauge) Waiting() bool {
 	}
 	copy(g.last, h.Counts)
 	g.lastAt = now
-	g.waiting = mean >= cmp.Or(g.Threshold, time.Millisecond).Seconds()
+	g.waiting = mean >= cmp.Or(g.Threshold, 200*time.Microsecond).Seconds()
 	return g.waiting
 }
 
