@@ -74,6 +74,15 @@ func expectWaiting(t *testing.T, which string, ch <-chan startResult) {
 	}
 }
 
+// expectTimersGone waits for the goroutines of slots' timers that fired
+// to be gone, down to those ignore knew of.
+func expectTimersGone(t *testing.T, ignore goleak.Option) {
+	t.Helper()
+	test.Eventually(t, 10*time.Second, "the slots' timers are gone", func() bool {
+		return goleak.Find(ignore) == nil
+	})
+}
+
 func expectStats(t *testing.T, q *startGate, busy, waiting int) {
 	t.Helper()
 	if b, w := q.stats(); b != busy || w != waiting {
@@ -296,9 +305,7 @@ func TestStartGateHoldExpires(t *testing.T) {
 	expectStats(t, q, 1, 0)
 	s.release()
 	expectStats(t, q, 0, 0)
-	test.Eventually(t, 10*time.Second, "the expired slot's timer is gone", func() bool {
-		return goleak.Find(ignore) == nil
-	})
+	expectTimersGone(t, ignore)
 }
 
 // TestStartGateCheckHold: a start whose check has not answered within
@@ -348,9 +355,7 @@ func TestStartGateCheckHold(t *testing.T) {
 			expectStats(t, q, 0, 0)
 		})
 	}
-	test.Eventually(t, 10*time.Second, "the slots' timers are gone", func() bool {
-		return goleak.Find(ignore) == nil
-	})
+	expectTimersGone(t, ignore)
 }
 
 // TestStartGateCheckHoldWhileCPUBusy: while goroutines wait for a CPU, a
@@ -403,9 +408,7 @@ func TestStartGateCheckHoldWhileCPUBusy(t *testing.T) {
 	s2.release()
 	expectGranted(t, "the start after the release", next).release()
 	expectStats(t, q, 0, 0)
-	test.Eventually(t, 10*time.Second, "the slots' timers are gone", func() bool {
-		return goleak.Find(ignore) == nil
-	})
+	expectTimersGone(t, ignore)
 }
 
 // TestStartGatePlainBound: limit starts get a slot at once, whatever
