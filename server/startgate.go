@@ -203,12 +203,14 @@ func (s *startSlot) checked() {
 		return
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.answered = true
 	// Stop fails once the timer has fired: expire has given the slot
-	// back, or runs and finds it answered.
-	if s.timer.Stop() {
-		s.rearmLocked()
+	// back, or runs and finds it answered. A timer stopped after the hold
+	// was over (it runs late on busy cores) leaves the give-back to here.
+	keep := !s.timer.Stop() || s.rearmLocked()
+	s.mu.Unlock()
+	if !keep {
+		s.giveBack()
 	}
 }
 
@@ -222,6 +224,12 @@ func (s *startSlot) expire() {
 	}
 	s.mu.Lock()
 	keep := s.answered || s.gate.cpuBusy != nil && s.gate.cpuBusy()
+	if s.done.Load() {
+		// Released meanwhile: no look after this one (release stops the
+		// timer under mu, so a timer armed before this is stopped).
+		s.mu.Unlock()
+		return
+	}
 	if keep && s.rearmLocked() {
 		s.mu.Unlock()
 		return
@@ -253,16 +261,20 @@ func (s *startSlot) rearmLocked() bool {
 }
 
 // release gives the slot back, handing it to a waiting start if one
-// waits. Only the first call (or the hold's expiry) counts; a nil slot
-// does nothing. Called by the start that holds it.
+// waits, and stops its timer. Only the first call (or the hold's expiry)
+// counts; a nil slot does nothing. Called by the start that holds it.
 func (s *startSlot) release() {
 	if s == nil {
 		return
 	}
-	if s.timer != nil {
-		s.timer.Stop()
-	}
 	s.giveBack()
+	if s.timer != nil {
+		// Under mu: an expire looking meanwhile either armed the timer
+		// before (stopped here) or finds the slot done after.
+		s.mu.Lock()
+		s.timer.Stop()
+		s.mu.Unlock()
+	}
 }
 
 func (s *startSlot) giveBack() {

@@ -480,3 +480,55 @@ func TestStartGateUnbounded(t *testing.T) {
 		t.Errorf("acquire with an ended context on an unbounded gate: %v", err)
 	}
 }
+
+// TestStartGateCheckedAfterHoldGivesBack: a check that answers once the
+// hold is over, before the slot's timer has run (a timer runs late on
+// busy cores), gives the slot back then: the rest of the start, its lists
+// perhaps hung, holds no slot past the hold.
+func TestStartGateCheckedAfterHoldGivesBack(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	const hold = time.Hour
+	q := newStartGate(1, hold, hold)
+	s := mustAcquire(t, q)
+	// As if taken a hold ago, its timer not yet run.
+	s.mu.Lock()
+	s.taken = s.taken.Add(-2 * hold)
+	s.mu.Unlock()
+	s.checked()
+	expectStats(t, q, 0, 0)
+	s.release()
+	expectStats(t, q, 0, 0)
+}
+
+// TestStartGateNoTimerAfterRelease: a release that comes while the slot's
+// timer is looking at it (asking whether goroutines wait for a CPU) leaves
+// no timer armed behind it, to fire after the start is long gone.
+func TestStartGateNoTimerAfterRelease(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	q := newStartGate(1, time.Hour, time.Millisecond)
+	asked, answer := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	q.cpuBusy = func() bool {
+		once.Do(func() { close(asked) })
+		<-answer
+		return true // busy: the timer would look again
+	}
+	s := mustAcquire(t, q)
+	<-asked // the timer looks, its check unanswered
+	released := make(chan struct{})
+	go func() { s.release(); close(released) }()
+	test.Eventually(t, 10*time.Second, "the slot is given back", func() bool {
+		busy, _ := q.stats()
+		return busy == 0
+	})
+	// A next look, if one were set now, would come only after an hour:
+	// the timer still armed below is the one set here.
+	q.checkHold = time.Hour
+	close(answer)
+	<-released
+	expectTimersGone(t, ignore)
+	if s.timer.Stop() {
+		t.Fatal("the slot's timer is armed after its release")
+	}
+	expectStats(t, q, 0, 0)
+}

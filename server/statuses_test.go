@@ -838,3 +838,53 @@ func TestAppendStatuses(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = srv.Delete("cluster-00003x") })
 }
+
+// TestStatusesRacePooledBuffers: readers of the whole fleet through the
+// Server's pooled buffers (the fleet page, SetupReadyCheck), many at once,
+// each get a buffer of their own for the length of their call, however
+// they write over it, while members publish statuses. Run with -race.
+func TestStatusesRacePooledBuffers(t *testing.T) {
+	const n, readers, calls = 40, 8, 200
+	srv := recordFleet(t, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { // statuses keep changing meanwhile
+		c := srv.clusters.get("cluster-00001")
+		for ctx.Err() == nil {
+			c.probed(nil, reach.Result{At: time.Now(), Took: time.Millisecond})
+			runtime.Gosched()
+		}
+	})
+	var readersWg sync.WaitGroup
+	for r := range readers {
+		mark := fmt.Sprintf("reader %d", r)
+		readersWg.Go(func() {
+			for range calls {
+				srv.withStatuses(func(statuses []ClusterStatus) {
+					if len(statuses) != n {
+						t.Errorf("%s: %d statuses, want %d", mark, len(statuses), n)
+					}
+					for i := range statuses {
+						statuses[i].Name = mark
+					}
+					runtime.Gosched()
+					for i := range statuses {
+						if statuses[i].Name != mark {
+							t.Errorf("%s: status %d written over by %s", mark, i, statuses[i].Name)
+							return
+						}
+					}
+				})
+			}
+		})
+	}
+	readersWg.Wait()
+	cancel()
+	wg.Wait()
+	// What the readers wrote over was their buffers, not the Server's.
+	for i, st := range srv.Statuses() {
+		if want := fmt.Sprintf("cluster-%05d", i); st.Name != want {
+			t.Fatalf("status %d is %q after the readers, want %q", i, st.Name, want)
+		}
+	}
+}
