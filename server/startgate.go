@@ -140,6 +140,7 @@ func (q *startGate) acquire(ctx context.Context, queued func()) (*startSlot, err
 		q.busy++
 		s := q.slotLocked()
 		q.mu.Unlock()
+		q.askCPU()
 		return s, nil
 	}
 	w := &startWaiter{granted: make(chan *startSlot, 1)}
@@ -150,6 +151,7 @@ func (q *startGate) acquire(ctx context.Context, queued func()) (*startSlot, err
 	}
 	select {
 	case s := <-w.granted:
+		q.askCPU()
 		return s, nil
 	case <-ctx.Done():
 	}
@@ -163,6 +165,17 @@ func (q *startGate) acquire(ctx context.Context, queued func()) (*startSlot, err
 	// Granted as ctx ended: the slot goes to the next waiting start.
 	(<-w.granted).release()
 	return nil, ctx.Err()
+}
+
+// askCPU asks, as a slot is taken, whether goroutines wait for a CPU,
+// for the question's sake: a Gauge that nothing asked for a while starts
+// a new window with the question, so that the slot's first look, a
+// checkHold later, judges that window rather than a fresh one (which
+// says "not waiting" whatever the cores are doing).
+func (q *startGate) askCPU() {
+	if q.cpuBusy != nil {
+		q.cpuBusy()
+	}
 }
 
 // grantLocked hands free slots to waiting starts: the newest first, the

@@ -411,6 +411,29 @@ func TestStartGateCheckHoldWhileCPUBusy(t *testing.T) {
 	expectTimersGone(t, ignore)
 }
 
+// TestStartGateAsksTheCPUAsASlotIsTaken: a start that takes a slot, at
+// once or after waiting, asks the CPU question then, so that the window
+// the slot's first look judges begins with the slot: after an idle spell
+// the first look would otherwise find a fresh window, which says "not
+// waiting" however busy the cores, and give back every unanswered slot of
+// a mass registration at once.
+func TestStartGateAsksTheCPUAsASlotIsTaken(t *testing.T) {
+	var asked atomic.Int32
+	q := newStartGate(1, 0, time.Hour) // no look within the test
+	q.cpuBusy = func() bool { asked.Add(1); return false }
+	first := mustAcquire(t, q)
+	if n := asked.Load(); n != 1 {
+		t.Fatalf("a slot taken at once asked the CPU %d times, want 1", n)
+	}
+	next := queueStart(context.Background(), t, q)
+	expectWaiting(t, "a start behind the held slot", next)
+	first.release()
+	expectGranted(t, "the start after the release", next).release()
+	if n := asked.Load(); n != 2 {
+		t.Fatalf("a slot granted after waiting asked the CPU %d times in all, want 2", n)
+	}
+}
+
 // TestStartGatePlainBound: limit starts get a slot at once, whatever
 // else keeps the cores busy; the next waits, with nothing looking again by
 // itself, until a slot frees, and gets it then.
