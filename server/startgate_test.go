@@ -531,7 +531,11 @@ func TestStartGateNoTimerAfterRelease(t *testing.T) {
 	q := newStartGate(1, time.Hour, time.Millisecond)
 	asked, answer := make(chan struct{}), make(chan struct{})
 	var once sync.Once
+	var calls atomic.Int32
 	q.cpuBusy = func() bool {
+		if calls.Add(1) == 1 {
+			return false // the question asked as the slot is taken
+		}
 		once.Do(func() { close(asked) })
 		<-answer
 		return true // busy: the timer would look again
