@@ -2,13 +2,10 @@ package server_test
 
 import (
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/server"
@@ -33,25 +30,8 @@ func TestFarMembersDoNotWaitForEachOthersRoundTrips(t *testing.T) {
 	r := startServer(t, ns, nil, func(o *server.Options) { o.MaxConcurrentStarts = 1 })
 
 	const n = 4
-	var entered atomic.Int32
-	together := make(chan struct{})
-	letGo := sync.OnceFunc(func() { close(together) })
-	defer letGo()
-	far := make(map[string]bool, n) // by the API server's address a member's Manager reaches
-	var farMu sync.Mutex
-	r.srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
-		farMu.Lock()
-		isFar := far[mgr.GetConfig().Host]
-		farMu.Unlock()
-		if !isFar {
-			return nil
-		}
-		entered.Add(1)
-		<-together
-		return nil
-	})
-
 	names := make([]string, n)
+	hosts := make([]string, n) // the API server addresses the far members' Managers reach
 	proxies := make([]*test.FaultProxy, 0, n)
 	defer func() { // also on the way out of a failed test
 		for _, p := range proxies {
@@ -65,38 +45,29 @@ func TestFarMembersDoNotWaitForEachOthersRoundTrips(t *testing.T) {
 		}
 		proxies = append(proxies, p)
 		p.SetLatency(100 * time.Millisecond) // each way
-		names[i] = fmt.Sprintf("far-%d", i)
-		farMu.Lock()
-		far[p.Config().Host] = true
-		farMu.Unlock()
+		names[i], hosts[i] = fmt.Sprintf("far-%d", i), p.Config().Host
+	}
+	together := holdSetups(r.srv, hosts...)
+	defer together.release()
+	for i, p := range proxies {
 		if err := r.srv.Add(config.NewNamedConfig(names[i], p.Config())); err != nil {
 			t.Fatal(err)
 		}
 	}
 	test.Eventually(t, 60*time.Second, "every far member in its setups at once, with one start slot", func() bool {
-		return entered.Load() >= n
+		return together.entered.Load() >= n
 	})
-	letGo()
+	together.release()
 	waitReady(t, r.srv, names...)
 
 	// A near member answers its check at once and keeps the slot while
 	// its setups run: the next member waits for it.
-	hold := make(chan struct{})
-	release := sync.OnceFunc(func() { close(hold) })
-	defer release()
-	var nearEntered atomic.Bool
-	nearHost := fleet.Cluster("m1").Config.Host // near-0's; near-1 is on m2
-	r.srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
-		if mgr.GetConfig().Host == nearHost {
-			nearEntered.Store(true)
-			<-hold
-		}
-		return nil
-	})
+	near := holdSetups(r.srv, fleet.Cluster("m1").Config.Host) // near-0's; near-1 is on m2
+	defer near.release()
 	if err := r.srv.Add(config.NewNamedConfig("near-0", fleet.Cluster("m1").Config)); err != nil {
 		t.Fatal(err)
 	}
-	test.Eventually(t, 30*time.Second, "near-0 in its setups", nearEntered.Load)
+	test.Eventually(t, 30*time.Second, "near-0 in its setups", func() bool { return near.entered.Load() == 1 })
 	if err := r.srv.Add(config.NewNamedConfig("near-1", fleet.Cluster("m2").Config)); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +75,7 @@ func TestFarMembersDoNotWaitForEachOthersRoundTrips(t *testing.T) {
 		st, err := r.srv.Status("near-1")
 		return err == nil && st.Phase == server.PhaseQueued
 	})
-	release()
+	near.release()
 	waitReady(t, r.srv, "near-0", "near-1")
 
 	if err := r.stop(); err != nil {
@@ -141,32 +112,22 @@ func TestFarMemberKeepsItsSlotWhileTheCPUIsBusy(t *testing.T) {
 	}
 	defer func() { _ = p.Close() }()
 	p.SetLatency(100 * time.Millisecond) // each way
-	farHost := p.Config().Host
-	var farInSetup atomic.Bool
-	hold := make(chan struct{})
-	release := sync.OnceFunc(func() { close(hold) })
-	defer release()
-	r.srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
-		if mgr.GetConfig().Host == farHost {
-			farInSetup.Store(true)
-			<-hold
-		}
-		return nil
-	})
+	far := holdSetups(r.srv, p.Config().Host)
+	defer far.release()
 	if err := r.srv.Add(config.NewNamedConfig("far-busy", p.Config())); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.srv.Add(config.NewNamedConfig("near-behind", fleet.Cluster("m2").Config)); err != nil {
 		t.Fatal(err)
 	}
-	test.Eventually(t, 30*time.Second, "far-busy in its setups", farInSetup.Load)
+	test.Eventually(t, 30*time.Second, "far-busy in its setups", func() bool { return far.entered.Load() == 1 })
 	if st, err := r.srv.Status("near-behind"); err != nil || st.Phase != server.PhaseQueued {
 		t.Fatalf("near-behind is %s (%v) while far-busy, whose slow check the busy CPU explains, holds the one slot; want Queued", st.Phase, err)
 	}
 	if held, waiting := server.StartSlots(r.srv); held != 1 || waiting != 1 {
 		t.Fatalf("gate holds %d slots with %d waiting, want 1 and 1", held, waiting)
 	}
-	release()
+	far.release()
 	waitReady(t, r.srv, "far-busy", "near-behind")
 
 	if err := r.stop(); err != nil {

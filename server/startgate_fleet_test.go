@@ -3,13 +3,10 @@ package server_test
 import (
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/server"
@@ -30,15 +27,8 @@ func TestStartGateOffWhenNegative(t *testing.T) {
 	r := startServer(t, ns, nil, func(o *server.Options) { o.MaxConcurrentStarts = -1 })
 
 	const n = 16
-	var entered atomic.Int32
-	together := make(chan struct{})
-	letGo := sync.OnceFunc(func() { close(together) })
-	defer letGo()
-	r.srv.AddReconcilerSetup(func(ctrl.Manager) error {
-		entered.Add(1)
-		<-together
-		return nil
-	})
+	together := holdSetups(r.srv) // every member
+	defer together.release()
 	names := make([]string, n)
 	for i := range names {
 		names[i] = fmt.Sprintf("at-once-%d", i)
@@ -49,12 +39,12 @@ func TestStartGateOffWhenNegative(t *testing.T) {
 	test.Eventually(t, 60*time.Second, "every member in its setups at once", func() bool {
 		for _, name := range names {
 			if st, err := r.srv.Status(name); err != nil || st.Phase == server.PhaseQueued {
-				t.Fatalf("%s with MaxConcurrentStarts -1: %s, %v; want no member Queued (%d of %d in their setups)", name, st.Phase, err, entered.Load(), n)
+				t.Fatalf("%s with MaxConcurrentStarts -1: %s, %v; want no member Queued (%d of %d in their setups)", name, st.Phase, err, together.entered.Load(), n)
 			}
 		}
-		return entered.Load() >= n
+		return together.entered.Load() >= n
 	})
-	letGo()
+	together.release()
 	waitReady(t, r.srv, names...)
 
 	if err := r.stop(); err != nil {
@@ -78,32 +68,12 @@ func TestQueuedMemberWaitsForAStartSlot(t *testing.T) {
 	r := startServer(t, ns, nil, func(o *server.Options) { o.MaxConcurrentStarts = 1 })
 	addReady(t, r.srv, "m3") // runs, holding no slot
 
-	holder := fleet.Cluster("m1").Config.Host
-	inSetup, release := make(chan struct{}, 1), make(chan struct{})
-	r.srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
-		if mgr.GetConfig().Host == holder {
-			select {
-			case inSetup <- struct{}{}:
-			default:
-			}
-			<-release
-		}
-		return nil
-	})
-	released := false
-	defer func() {
-		if !released {
-			close(release)
-		}
-	}()
+	held := holdSetups(r.srv, fleet.Cluster("m1").Config.Host)
+	defer held.release()
 	if err := r.srv.Add(fleet.Cluster("m1").Named); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-inSetup:
-	case <-time.After(60 * time.Second):
-		t.Fatal("m1 did not reach its setups")
-	}
+	test.Eventually(t, 60*time.Second, "m1 in its setups", func() bool { return held.entered.Load() == 1 })
 	if err := r.srv.Add(fleet.Cluster("m2").Named); err != nil {
 		t.Fatal(err)
 	}
@@ -143,8 +113,7 @@ func TestQueuedMemberWaitsForAStartSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	queued()
-	close(release)
-	released = true
+	held.release()
 	waitReady(t, r.srv, "m1", "m2")
 	createConfigMap(t, "m2", ns, "after-queue")
 	test.Eventually(t, 30*time.Second, "m2 reconciled", func() bool { return ackIn(t, "m2", ns, "after-queue") == "m2" })
