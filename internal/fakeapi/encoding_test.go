@@ -3,6 +3,7 @@ package fakeapi
 import (
 	"bytes"
 	"strconv"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -124,3 +125,26 @@ func TestProtobufEncodings(t *testing.T) {
 type nopCloser struct{ *bytes.Buffer }
 
 func (nopCloser) Close() error { return nil }
+
+// FuzzNegotiate: whatever a client sends as its Accept header, negotiate
+// answers JSON or protobuf (never panics, never something else), and a
+// header that names no protobuf media type at all gets JSON.
+func FuzzNegotiate(f *testing.F) {
+	for _, seed := range []string{
+		"", "*/*", "application/json", "application/vnd.kubernetes.protobuf, */*",
+		"application/vnd.kubernetes.protobuf;stream=watch", "application/json;as=Table;v=v1;g=meta.k8s.io",
+		"application/vnd.kubernetes.protobuf;q=0.1, application/json", ";;;,,,q=", "application/json;q=NaN",
+		"application/vnd.kubernetes.protobuf;q=1e309", "\x00\xff;q=-1", strings.Repeat("a/b;q=0.5,", 1000),
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, accept string) {
+		got := negotiate(accept)
+		if got != formatJSON && got != formatProtobuf {
+			t.Fatalf("negotiate(%q) = %v, want JSON or protobuf", accept, got)
+		}
+		if got == formatProtobuf && !strings.Contains(strings.ToLower(accept), "protobuf") {
+			t.Fatalf("negotiate(%q) chose protobuf, which the header does not name", accept)
+		}
+	})
+}
