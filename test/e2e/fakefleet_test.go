@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -79,14 +80,40 @@ func init() {
 	if os.Getppid() != spec.Parent {
 		os.Exit(1)
 	}
+	stopProfile := fakeFleetCPUProfile(spec)
 	if err := serveFakeFleet(spec, os.Stdout); err != nil {
 		fmt.Printf("error %v\n", err)
 		os.Exit(1)
 	}
 	_, _ = io.Copy(io.Discard, os.Stdin)
+	stopProfile()
 	// Exiting closes every listener and connection at once; closing 4,000
 	// servers one by one would only take longer.
 	os.Exit(0)
+}
+
+// fakeFleetCPUProfile profiles a helper's CPU, from its start until the
+// returned function is called, when profileDirEnv says where: the helpers
+// share the two cores with the engine, so what they spend is what the
+// engine's figures wait on.
+func fakeFleetCPUProfile(spec fakeFleetSpec) (stop func()) {
+	dir := os.Getenv(profileDirEnv)
+	if dir == "" || len(spec.Names) == 0 {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("fake-fleet-%s-%d.cpu.pb.gz", spec.Names[0], len(spec.Names))))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fake fleet helper: no CPU profile: %v\n", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintf(os.Stderr, "fake fleet helper: no CPU profile: %v\n", errors.Join(err, f.Close()))
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}
 }
 
 // serveFakeFleet starts spec's servers and tells out how to reach them.

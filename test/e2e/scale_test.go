@@ -431,7 +431,9 @@ type reading struct {
 // named after the test, the run and the moment (before, idle, more), and a
 // CPU profile from the first register until every object is reconciled
 // (register): `go tool pprof -base <before> <idle>` shows what the clusters
-// hold.
+// hold. A fake fleet's helpers each write a CPU profile of their whole run
+// there too (fake-fleet-<first name>-<servers>.cpu.pb.gz): they share the
+// cores with the engine.
 const profileDirEnv = "MCCR_SCALE_PROFILE_DIR"
 
 // readings lets the heap and goroutines come to rest and reads them, and
