@@ -83,6 +83,8 @@ func TestReachDeleteInEveryProbePhaseLeavesNothing(t *testing.T) {
 
 	// A probe hangs on an API server that answers nothing, holding the
 	// fleet's only slot; the others' probes wait for it, one per member.
+	// The Freeze may fall between an answer's headers and its body: that
+	// probe hangs reading the body, and is still counted in flight.
 	if err := hung.proxy.Freeze(); err != nil {
 		t.Fatal(err)
 	}

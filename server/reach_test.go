@@ -3,8 +3,11 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -266,7 +269,11 @@ func TestReachProbeFindsAHungAPIServer(t *testing.T) {
 }
 
 // inFlight counts the probes (GET /version) in flight below a member's
-// transport, and the most ever at once.
+// transport, and the most ever at once. A probe is in flight from its
+// request until its answer's body is closed (the probe closes it once read,
+// before it gives its Limiter slot back): an answer can stop after its
+// headers, and a probe reading the rest of it is as hung as one waiting for
+// the headers, though its RoundTrip has returned.
 type inFlight struct{ now, most, total atomic.Int32 }
 
 func (f *inFlight) wrap(rt http.RoundTripper) http.RoundTripper {
@@ -275,12 +282,136 @@ func (f *inFlight) wrap(rt http.RoundTripper) http.RoundTripper {
 			return rt.RoundTrip(req)
 		}
 		n := f.now.Add(1)
-		defer f.now.Add(-1)
 		f.total.Add(1)
 		for m := f.most.Load(); n > m && !f.most.CompareAndSwap(m, n); m = f.most.Load() {
 		}
-		return rt.RoundTrip(req)
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			f.now.Add(-1)
+			return resp, err
+		}
+		resp.Body = &answerBody{ReadCloser: resp.Body, closed: sync.OnceFunc(func() { f.now.Add(-1) })}
+		return resp, nil
 	})
+}
+
+// answerBody is a counted probe's answer: closed tells, once, that the
+// probe is over.
+type answerBody struct {
+	io.ReadCloser
+	closed func()
+}
+
+func (b *answerBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.closed()
+	return err
+}
+
+// stallAnswer, once armed, lets the headers of the next probe's answer
+// through and holds the rest until the probe gives up: a partition that
+// falls between two frames of one answer.
+type stallAnswer struct {
+	armed atomic.Bool
+	// reading is set once the probe waits for the rest of the answer.
+	reading atomic.Bool
+}
+
+func (s *stallAnswer) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		if err == nil && req.URL.Path == "/version" && s.armed.CompareAndSwap(true, false) {
+			resp.Body = &stalledBody{ReadCloser: resp.Body, ctx: req.Context(), reading: &s.reading, closed: make(chan struct{})}
+		}
+		return resp, err
+	})
+}
+
+type stalledBody struct {
+	io.ReadCloser
+	ctx     context.Context
+	reading *atomic.Bool
+	once    sync.Once
+	closed  chan struct{}
+}
+
+func (b *stalledBody) Read([]byte) (int, error) {
+	b.reading.Store(true)
+	select {
+	case <-b.ctx.Done():
+		return 0, b.ctx.Err()
+	case <-b.closed:
+		return 0, http.ErrBodyReadAfterClose
+	}
+}
+
+func (b *stalledBody) Close() error {
+	b.once.Do(func() { close(b.closed) })
+	return b.ReadCloser.Close()
+}
+
+// TestReachProbeHungMidAnswer: an answer that stops after its headers
+// leaves the probe as hung as no answer at all: it is in flight, holds the
+// fleet's only probe slot (another member's probe waits for it), and finds
+// the member Unreachable once ReachProbeTimeout has passed. The next
+// answer comes whole: the member is Reachable again as it runs (one slow
+// answer), and nothing is left once the Server stops.
+func TestReachProbeHungMidAnswer(t *testing.T) {
+	ns := testNamespace(t)
+	ignore := goleak.IgnoreCurrent()
+	const timeout = 2 * time.Second
+	srv, stop := reachServer(t, ns, false, true, func(o *server.Options) {
+		o.ReachProbeInterval = 100 * time.Millisecond
+		o.OutageProbeInterval = time.Second // the outage lasts that long
+		o.ReachProbeTimeout = timeout
+		o.MaxConcurrentProbes = 1
+	})
+	var stall stallAnswer
+	var stalled inFlight
+	cfg := rest.CopyConfig(fleet.Cluster("m2").Config)
+	cfg.Wrap(stall.wrap)
+	cfg.Wrap(stalled.wrap)
+	if err := srv.Add(config.NewNamedConfig("mid-answer", cfg)); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Add(config.NewNamedConfig("mid-answer-other", fleet.Cluster("m3").Config)); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, srv, "mid-answer", "mid-answer-other")
+
+	stall.armed.Store(true)
+	begin := time.Now()
+	test.Eventually(t, 10*time.Second, "a probe of mid-answer waiting for the rest of its answer", stall.reading.Load)
+	if n := stalled.now.Load(); n != 1 {
+		t.Errorf("%d probes of mid-answer in flight while one waits for the rest of its answer, want 1", n)
+	}
+	test.Eventually(t, 10*time.Second, "mid-answer-other's probe waiting for the slot", func() bool {
+		buf := make([]byte, 8<<20)
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "reach.(*Limiter).acquire") == 1
+	})
+	test.Eventually(t, timeout+reachSlack+time.Second, "mid-answer Unreachable", func() bool {
+		st, _ := srv.Status("mid-answer")
+		return st.Phase == server.PhaseUnreachable && !st.Reachable
+	})
+	if took := time.Since(begin); took < timeout-200*time.Millisecond {
+		t.Errorf("Unreachable %s after its answer stalled; want its probe to wait ReachProbeTimeout (%s)", took, timeout)
+	}
+	st, _ := srv.Status("mid-answer")
+	if st.LastError == nil || !strings.Contains(st.LastError.Error(), "did not answer within") {
+		t.Errorf("LastError = %v; want the probe's timeout", st.LastError)
+	}
+
+	test.Eventually(t, 10*time.Second, "mid-answer Ready and Reachable again", func() bool {
+		st, _ := srv.Status("mid-answer")
+		return st.Phase == server.PhaseReady && st.Reachable
+	})
+	if st, _ := srv.Status("mid-answer"); st.Restarts != 0 {
+		t.Errorf("mid-answer restarted %d times; one slow answer should not restart it", st.Restarts)
+	}
+	if err := stop(); err != nil {
+		t.Error(err)
+	}
+	verifyNoLeaks(t, ignore)
 }
 
 // TestReachProbesAreBoundedAcrossTheFleet: fifty members on a slow API

@@ -206,7 +206,8 @@ func (e *modelEvents) done(m *Monitor) {
 // ending before Start, during it, during a probe or between probes. Every
 // Monitor must tell only what the old loop could have told, in its order;
 // never overlap its probes; never probe once finished; finish exactly
-// once, with nothing running or pending; and never lose a request for a
+// once, with nothing running or pending; with a periodic probe, always have
+// a probe running or due while it runs; and never lose a request for a
 // probe: one brought forward while the Monitor runs is sent within
 // OutageInterval (plus the slack of a loaded machine).
 func TestScheduleUnderRandomRaces(t *testing.T) {
@@ -263,6 +264,14 @@ func TestScheduleUnderRandomRaces(t *testing.T) {
 								if rand.IntN(20) == 0 {
 									cancel()
 								}
+							case 6:
+								// With a periodic probe, a Monitor that runs
+								// always has one running or due.
+								m.sched.mu.Lock()
+								if o.Interval > 0 && m.sched.started && !m.sched.over && !m.sched.armed && !m.sched.probing {
+									bad(fmt.Sprintf("running with no probe running or due (opts %+v)", o))
+								}
+								m.sched.mu.Unlock()
 							}
 							time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
 						}
