@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -105,7 +106,11 @@ type Monitor struct {
 	o    Options
 	obs  Observer
 	host string // redacted, for errors
-	rc   *rest.RESTClient
+	// hc and version are how a probe asks: the member's own transport
+	// (through cfg, wrapped by the Monitor) and the URL of /version below
+	// the host's path, if it has one (a proxy in front of the cluster).
+	hc      *http.Client
+	version string
 
 	// running is set from Start until the Monitor has finished: before
 	// that, the member is starting and its start's own timeouts judge it.
@@ -137,7 +142,7 @@ func New(cfg *rest.Config, o Options, obs Observer) (*Monitor, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.rc = rc
+	m.hc, m.version = rc.Client, rc.Get().AbsPath("/version").URL().String()
 	return m, nil
 }
 
@@ -263,23 +268,50 @@ func (m *Monitor) probe(ctx context.Context) (res Result, ok bool) {
 	pctx, cancel := context.WithTimeout(ctx, m.o.Timeout)
 	defer cancel()
 	begin := time.Now()
-	err := m.rc.Get().AbsPath("/version").MaxRetries(0).SetHeader("Accept", "application/json").Do(pctx).Error()
+	code, err := m.ask(pctx)
 	res.At = time.Now()
 	res.Took = res.At.Sub(begin)
 	if ctx.Err() != nil {
 		return Result{}, false
 	}
-	var status apierrors.APIStatus
 	switch {
+	case err == nil && code < http.StatusInternalServerError:
+		res.refused = code == http.StatusUnauthorized
 	case err == nil:
-	case errors.As(err, &status) && status.Status().Code > 0 && status.Status().Code < 500:
-		res.refused = status.Status().Code == http.StatusUnauthorized
+		res.Err = fmt.Errorf("API server %s unreachable: it answered %d %s", m.host, code, http.StatusText(code))
 	case pctx.Err() != nil:
 		res.Err = fmt.Errorf("API server %s did not answer within %s: %w", m.host, m.o.Timeout, ErrNoAnswer)
 	default:
 		res.Err = fmt.Errorf("API server %s unreachable: %w", m.host, err)
 	}
 	return res, true
+}
+
+// maxProbeAnswer bounds what is read of an answer to a probe (a version,
+// or a Status: a few hundred bytes).
+const maxProbeAnswer = 64 << 10
+
+// ask sends one GET /version and reads the whole answer: an answer whose
+// body stops coming is no answer, like one whose headers never come. It
+// goes straight to the member's transport, without a REST client's
+// request building, retries and metrics: a fleet of thousands sends
+// thousands of probes a minute, and the answer's status is all a probe
+// reads.
+func (m *Monitor) ask(ctx context.Context) (code int, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.version, nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := m.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxProbeAnswer))
+	if cerr := resp.Body.Close(); err == nil {
+		err = cerr
+	}
+	return resp.StatusCode, err
 }
 
 // ErrNoAnswer is wrapped by a probe's error when the API server did not

@@ -29,7 +29,7 @@ type apiServer struct {
 	release  chan struct{}
 }
 
-func newAPIServer(t *testing.T, latency time.Duration) *apiServer {
+func newAPIServer(t testing.TB, latency time.Duration) *apiServer {
 	s := &apiServer{latency: latency, release: make(chan struct{})}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := s.inFlight.Add(1)
@@ -72,7 +72,7 @@ func newAPIServer(t *testing.T, latency time.Duration) *apiServer {
 
 // config reaches s through a transport of the test's own, closed when it
 // ends, so that no idle connection outlives it.
-func (s *apiServer) config(t *testing.T) *rest.Config {
+func (s *apiServer) config(t testing.TB) *rest.Config {
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &rest.Config{Host: s.URL, Transport: tr}
