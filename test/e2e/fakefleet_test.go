@@ -196,13 +196,7 @@ func startFakeFleet(tb testing.TB, names []string, ns string, objects int) *fake
 	n := (len(names) + fakeFleetPerProcess - 1) / fakeFleetPerProcess
 	parts := make([][]fakeCluster, n)
 	f.CAs = make([][]byte, n)
-	for i := range n {
-		// Dealt round-robin, so that starts in any order (the newest
-		// first, say) keep every helper busy rather than one.
-		var chunk []string
-		for j := i; j < len(names); j += n {
-			chunk = append(chunk, names[j])
-		}
+	for i, chunk := range dealFakeFleet(names, n) {
 		cmd, in, out, err := f.startHelper(fakeFleetSpec{Parent: os.Getpid(), Names: chunk, Namespace: ns, Objects: objects})
 		if err != nil {
 			tb.Fatal(err)
@@ -223,10 +217,45 @@ func startFakeFleet(tb testing.TB, names []string, ns string, objects int) *fake
 	if err := errors.Join(errs...); err != nil {
 		tb.Fatal(err)
 	}
-	for j := range names {
-		f.Clusters = append(f.Clusters, parts[j%n][j/n])
+	clusters, err := gatherFakeFleet(names, parts)
+	if err != nil {
+		tb.Fatal(err)
 	}
+	f.Clusters = clusters
 	return f
+}
+
+// dealFakeFleet deals names round-robin to n helpers (helper i serves
+// names i, i+n, i+2n, …), so that starts in any order (the newest first,
+// say) keep every helper busy rather than one.
+func dealFakeFleet(names []string, n int) [][]string {
+	chunks := make([][]string, n)
+	for j, name := range names {
+		chunks[j%n] = append(chunks[j%n], name)
+	}
+	return chunks
+}
+
+// gatherFakeFleet puts the helpers' clusters (parts[i], helper i's, in the
+// order it was dealt them) back in the order of names: name j is helper
+// j%n's (j/n)th. A helper that served other names than it was dealt is an
+// error, rather than a fleet whose clusters answer for others.
+func gatherFakeFleet(names []string, parts [][]fakeCluster) ([]fakeCluster, error) {
+	n := len(parts)
+	for i, p := range parts {
+		if want := (len(names) - i + n - 1) / n; len(p) != want {
+			return nil, fmt.Errorf("fake fleet helper %d served %d clusters, want %d", i, len(p), want)
+		}
+	}
+	clusters := make([]fakeCluster, 0, len(names))
+	for j, name := range names {
+		c := parts[j%n][j/n]
+		if c.Name != name {
+			return nil, fmt.Errorf("fake fleet helper %d served %q where %q was dealt", j%n, c.Name, name)
+		}
+		clusters = append(clusters, c)
+	}
+	return clusters, nil
 }
 
 func (f *fakeFleet) startHelper(spec fakeFleetSpec) (*exec.Cmd, io.WriteCloser, io.Reader, error) {
@@ -314,5 +343,74 @@ func (f *fakeFleet) stop() {
 			_ = cmd.Process.Kill()
 			<-done
 		}
+	}
+}
+
+// TestFakeFleetDealtAndGatheredInNameOrder: whatever the fleet's size and
+// its number of helpers (one, or more with an uneven split), every name
+// is dealt to exactly one helper, no helper gets more than its share, and
+// the helpers' clusters come back in the order of the names; a helper that
+// answers for other names, or for fewer, is an error.
+func TestFakeFleetDealtAndGatheredInNameOrder(t *testing.T) {
+	for _, size := range []int{0, 1, 2, 3, 5, 7, 8, 12, 4000, 4001, 8001, 10000} {
+		for n := 1; n <= 4; n++ {
+			if size > 0 && n > size {
+				continue
+			}
+			names := make([]string, size)
+			for j := range names {
+				names[j] = fmt.Sprintf("c%05d", j)
+			}
+			chunks := dealFakeFleet(names, n)
+			parts := make([][]fakeCluster, n)
+			for i, chunk := range chunks {
+				if share := (size + n - 1) / n; len(chunk) > share {
+					t.Errorf("%d names, %d helpers: helper %d dealt %d, more than its share %d", size, n, i, len(chunk), share)
+				}
+				for _, name := range chunk {
+					parts[i] = append(parts[i], fakeCluster{Name: name, CA: i})
+				}
+			}
+			got, err := gatherFakeFleet(names, parts)
+			if err != nil {
+				t.Fatalf("%d names, %d helpers: %v", size, n, err)
+			}
+			if len(got) != size {
+				t.Fatalf("%d names, %d helpers: gathered %d", size, n, len(got))
+			}
+			for j, c := range got {
+				if c.Name != names[j] || c.CA != j%n {
+					t.Fatalf("%d names, %d helpers: cluster %d is %q of helper %d, want %q of helper %d", size, n, j, c.Name, c.CA, names[j], j%n)
+				}
+			}
+			if size < 2 || n < 2 {
+				continue
+			}
+			swapped := make([][]fakeCluster, n)
+			for i := range parts {
+				swapped[i] = append([]fakeCluster(nil), parts[i]...)
+			}
+			swapped[0][0], swapped[1][0] = swapped[1][0], swapped[0][0]
+			if _, err := gatherFakeFleet(names, swapped); err == nil {
+				t.Errorf("%d names, %d helpers: two helpers' clusters swapped, gathered without an error", size, n)
+			}
+			short := append([][]fakeCluster(nil), parts...)
+			short[n-1] = short[n-1][:len(short[n-1])-1]
+			if _, err := gatherFakeFleet(names, short); err == nil {
+				t.Errorf("%d names, %d helpers: a helper short of a cluster, gathered without an error", size, n)
+			}
+		}
+	}
+
+	// And a real one, of one helper.
+	names := []string{"e", "d", "c", "b", "a"}
+	f := startFakeFleet(t, names, "dealt", 0)
+	for j, c := range f.Clusters {
+		if c.Name != names[j] || c.Host == "" {
+			t.Errorf("cluster %d of a fake fleet is %+v, want %q", j, c, names[j])
+		}
+	}
+	if len(f.Clusters) != len(names) || len(f.helpers) != 1 {
+		t.Errorf("%d clusters in %d helpers, want %d in 1", len(f.Clusters), len(f.helpers), len(names))
 	}
 }
