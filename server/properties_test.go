@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -121,10 +122,14 @@ func TestPropertiesReachReconcilersWithoutRestart(t *testing.T) {
 	if _, err := r.srv.ClusterProperties(known.WithCluster(t.Context(), "fleet-a/none")); !errors.Is(err, server.ErrClusterNotFound) {
 		t.Errorf("ClusterProperties of an unknown cluster: %v", err)
 	}
+	// Read under the reader's lock, and let go of it before the Delete: a
+	// Reconcile still running (the other controller's acknowledgement
+	// updates p2) waits for that lock, and the Delete for that Reconcile.
 	reader.mu.Lock()
-	defer reader.mu.Unlock()
-	if len(reader.errs) > 0 {
-		t.Errorf("reconciler could not read its properties: %v", reader.errs)
+	errs := slices.Clone(reader.errs)
+	reader.mu.Unlock()
+	if len(errs) > 0 {
+		t.Errorf("reconciler could not read its properties: %v", errs)
 	}
 
 	if err := r.srv.Delete(name); err != nil {
