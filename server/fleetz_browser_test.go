@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -118,7 +119,12 @@ func TestFleetPageInBrowser(t *testing.T) {
 	addr := test.FreeAddress(t)
 	r := startServer(t, ns, func(o *ctrl.Options) {
 		o.Metrics = metricsserver.Options{BindAddress: addr}
-	}, func(o *server.Options) { o.FleetPage = true })
+	}, func(o *server.Options) {
+		o.FleetPage = true
+		// The failing member's retry (phase Starting) must not fall
+		// between the wait for Failed and the page loads that expect it.
+		o.Backoff = wait.Backoff{Duration: time.Hour, Cap: time.Hour}
+	})
 	srv := r.srv
 
 	const (
