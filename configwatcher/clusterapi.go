@@ -240,6 +240,10 @@ func (w *ClusterAPIWatcher) claim(u *unstructured.Unstructured) *claim {
 	if err := w.cache.Get(w.ctx, secret, &s); err != nil {
 		if apierrors.IsNotFound(err) {
 			err = ErrClusterAPISecretNotFound
+			// Deleted with its Cluster, whose deletion (or its start)
+			// the cache has not seen yet: expected, as for a Cluster
+			// the cache already sees being deleted.
+			c.quiet = c.quiet || w.leaving(u)
 		}
 		return fail(err)
 	}

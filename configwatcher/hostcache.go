@@ -45,6 +45,9 @@ const (
 	// hostErrorInterval is how often the same error from the host cluster
 	// (a watch that keeps failing) is reported again while it lasts.
 	hostErrorInterval = time.Minute
+
+	// hostLiveTimeout bounds a read of the host past the cache (leaving).
+	hostLiveTimeout = 10 * time.Second
 )
 
 // hostWatched is a kind of object a hostCache watches.
@@ -105,7 +108,9 @@ type hostCache struct {
 	host  string
 	pub   *publisher
 	cache cache.Cache
-	http  *http.Client
+	// live reads the host itself, past the cache (see leaving).
+	live client.Reader
+	http *http.Client
 	// mapper is the cache's: it resolves kinds through the host's
 	// discovery, once it is asked to.
 	mapper meta.RESTMapper
@@ -182,6 +187,11 @@ func (h *hostCache) init(hostCfg *rest.Config, spec hostCacheSpec) error {
 		// watcher stops.
 		NewInformer: syncinformer.Wrap(h.settled, nil, nil),
 	})
+	if err != nil {
+		return fmt.Errorf("configwatcher: %s host %s: %w", spec.what, h.host, err)
+	}
+	// Like the cache, the client makes no request before it is used.
+	h.live, err = client.New(hostCfg, client.Options{HTTPClient: hc, Scheme: scheme, Mapper: h.mapper})
 	if err != nil {
 		return fmt.Errorf("configwatcher: %s host %s: %w", spec.what, h.host, err)
 	}
@@ -282,6 +292,32 @@ func (h *hostCache) list(kind string, list client.ObjectList, opts ...client.Lis
 		return false, true
 	}
 	return true, true
+}
+
+// leaving reports whether obj, as the cache holds it, is gone from the
+// host, replaced by another object of its name, or being deleted there. An
+// owner (a Cluster API Cluster) and the Secret it names reach the cache
+// through watches of their own, and their deletions in either order: a
+// Secret missing while its owner is still cached is no problem when the
+// owner is leaving too. It asks the host (one GET, bounded by
+// hostLiveTimeout); when the host does not say (unreachable, get
+// forbidden), obj counts as staying.
+func (h *hostCache) leaving(obj client.Object) bool {
+	ctx, cancel := context.WithTimeout(h.ctx, hostLiveTimeout)
+	defer cancel()
+	live, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
+		return false
+	}
+	err := h.live.Get(ctx, client.ObjectKeyFromObject(obj), live)
+	switch {
+	case apierrors.IsNotFound(err):
+		return true
+	case err != nil:
+		h.log.V(1).Info("could not tell whether an object is leaving", "object", obj.GetNamespace()+"/"+obj.GetName(), "error", config.RedactError(err))
+		return false
+	}
+	return live.GetUID() != obj.GetUID() || live.GetDeletionTimestamp() != nil
 }
 
 func (h *hostCache) poke() {
