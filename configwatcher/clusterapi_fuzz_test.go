@@ -23,6 +23,8 @@ func FuzzClusterAPICluster(f *testing.F) {
 	f.Add("workload", []byte(`{"controlPlaneReady":true}`), []byte(tokenKubeconfig("evil-\xff\xfe", "https://u:"+fuzzcheck.Password+"@h", fuzzcheck.Token)), uint8(1))
 	f.Add("workload", []byte(`{"controlPlaneReady":"yes","conditions":"none"}`), []byte("clusters: ["), uint8(2))
 	f.Add("workload", ready, []byte(tokenKubeconfig("w", "https://h", fuzzcheck.Token)), uint8(16))
+	f.Add("workload", ready, []byte(tokenKubeconfig("w", "https://h", fuzzcheck.Token)), uint8(64|32))
+	f.Add("workload", ready, []byte(tokenKubeconfig("w", "https://h", fuzzcheck.Token)), uint8(128|64|32))
 	f.Fuzz(func(t *testing.T, name string, status, kubeconfig []byte, mode uint8) {
 		var st any
 		if json.Unmarshal(status, &st) != nil {
@@ -66,6 +68,9 @@ func FuzzClusterAPICluster(f *testing.F) {
 			secrets = nil // not written yet, or deleted first
 		}
 		w := &ClusterAPIWatcher{hostCache: fuzzHost(clusterAPITransform, secrets...), opts: o, version: version, claimed: newClaimsState()}
+		if mode&128 != 0 {
+			w.live = fuzzLive{gone: true} // deleted, the cache not told yet
+		}
 		if mode&32 != 0 {
 			w.claimed.owners[o.Name("capi", cluster.GetName())] = "uid-1" // it serves its cluster already
 		}
@@ -80,6 +85,9 @@ func FuzzClusterAPICluster(f *testing.F) {
 		}
 		if c.ref != ref || c.id != "uid-1" {
 			t.Fatalf("claim of %s: ref %q, id %q", ref, c.ref, c.id)
+		}
+		if mode&(128|64) == 128|64 && c.err != nil && !c.quiet {
+			t.Fatalf("a Cluster gone from the host, its Secret with it: %v reported", c.err)
 		}
 		oc := objectClaim{
 			source: "Cluster " + ref, name: c.name, cfg: c.cfg, err: c.err,

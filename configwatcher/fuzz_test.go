@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -56,8 +57,23 @@ func (c fuzzCache) Get(_ context.Context, key client.ObjectKey, obj client.Objec
 	return apierrors.NewNotFound(corev1.Resource("secrets"), key.Name)
 }
 
-// fuzzHost is a hostCache with nothing started: a publisher, a context and
-// a cache holding secrets, transformed by transform as they would be.
+// fuzzLive is a host read past the cache (hostCache.live): every object
+// the cache holds is there as it is, or, gone, none is.
+type fuzzLive struct {
+	client.Reader // nil: only Get is used
+	gone          bool
+}
+
+func (l fuzzLive) Get(_ context.Context, key client.ObjectKey, _ client.Object, _ ...client.GetOption) error {
+	if l.gone {
+		return apierrors.NewNotFound(schema.GroupResource{}, key.Name)
+	}
+	return nil // obj, a copy of the cached object, is what the host has
+}
+
+// fuzzHost is a hostCache with nothing started: a publisher, a context, a
+// cache holding secrets, transformed by transform as they would be, and a
+// host that has every object the cache has (fuzzLive).
 func fuzzHost(transform func(any) (any, error), secrets ...*corev1.Secret) hostCache {
 	for _, s := range secrets {
 		if transform != nil {
@@ -70,6 +86,7 @@ func fuzzHost(transform func(any) (any, error), secrets ...*corev1.Secret) hostC
 		log:   logr.Discard(),
 		pub:   newPublisher(logr.Discard()),
 		cache: fuzzCache{secrets: secrets},
+		live:  fuzzLive{},
 		ctx:   context.Background(),
 	}
 }
