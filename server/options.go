@@ -116,8 +116,14 @@ type Options struct {
 	// (GET /version), whether or not any watch is open: a member that
 	// watches nothing, or whose API server hangs without closing its
 	// connections, is found Unreachable within ReachProbeInterval plus
-	// ReachProbeTimeout, and Ready again once it answers. A negative
-	// interval turns the periodic probe off (outages are then seen only
+	// ReachProbeTimeout, and Ready again once it answers. While members
+	// wait to start (the MaxConcurrentStarts bound holds some back: a
+	// fleet of thousands registered at once, or started again), a member
+	// that answered its last probe, with no request or watch failed since,
+	// is probed every fourth interval only, which leaves the cores to the
+	// starts: Unreachable then within four intervals plus the timeout. A
+	// failed request or watch brings its next probe forward as ever. A
+	// negative interval turns the periodic probe off (outages are then seen only
 	// through the member's own requests). It also bounds how long a running
 	// member's credential may stay refused after a 401 (at least
 	// OutageProbeInterval) before the member fails. Default 5s.

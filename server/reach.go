@@ -14,9 +14,14 @@ import (
 // server while the member runs. reachObserver is how the Monitor reports to
 // the attempt and to the cluster record.
 
+// probesLeftOut is how many periodic probes in a row a member that
+// answers may have left out while members wait to start (see
+// Options.ReachProbeInterval).
+const probesLeftOut = 3
+
 // reachOptions are the Monitors' options, from the Server's.
 func (e *env) reachOptions() reach.Options {
-	return reach.Options{
+	o := reach.Options{
 		CheckTimeout:   e.opts.ProbeTimeout,
 		Interval:       e.opts.ReachProbeInterval,
 		OutageInterval: e.opts.OutageProbeInterval,
@@ -24,6 +29,13 @@ func (e *env) reachOptions() reach.Options {
 		Limit:          e.opts.probes,
 		RefreshGrace:   refreshGrace(e.opts),
 	}
+	if e.opts.starts != nil {
+		// While the start bound holds members back, the cores are better
+		// spent starting them than asking members that just answered
+		// whether they still do.
+		o.Busy, o.MaxLeftOut = e.opts.starts.backlogged, probesLeftOut
+	}
+	return o
 }
 
 // refreshGrace is how long a running member's credentials may stay

@@ -301,6 +301,18 @@ func (s *startSlot) giveBack() {
 	q.grantLocked()
 }
 
+// backlogged says whether starts wait for a slot: the bound holds back
+// members of the fleet (a mass registration, a restart of the fleet). A
+// nil gate holds back none.
+func (q *startGate) backlogged() bool {
+	if q == nil {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return !q.waiting.empty()
+}
+
 // stats reports the slots held and the starts waiting, for tests.
 func (q *startGate) stats() (busy, waiting int) {
 	q.mu.Lock()

@@ -559,3 +559,49 @@ func TestStartGateNoTimerAfterRelease(t *testing.T) {
 	}
 	expectStats(t, q, 0, 0)
 }
+
+// TestStartGateBacklogged: the gate is backlogged exactly while a start
+// waits for a slot; a missing gate (no bound) never is. Members' probes
+// ask it (reachOptions), with the bound only.
+func TestStartGateBacklogged(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	var none *startGate
+	if none.backlogged() {
+		t.Error("no gate, backlogged")
+	}
+	q := newStartGate(1, 0, 0)
+	if q.backlogged() {
+		t.Error("backlogged with every slot free")
+	}
+	held := mustAcquire(t, q)
+	if q.backlogged() {
+		t.Error("backlogged with its one slot held and nobody waiting")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	waiting := queueStart(ctx, t, q)
+	if !q.backlogged() {
+		t.Error("not backlogged with a start waiting")
+	}
+	cancel()
+	if r := <-waiting; r.err == nil {
+		t.Fatal("a start whose context ended got a slot")
+	}
+	if q.backlogged() {
+		t.Error("backlogged after the waiting start left")
+	}
+	next := queueStart(context.Background(), t, q)
+	held.release()
+	expectGranted(t, "the start waiting", next).release()
+	if q.backlogged() {
+		t.Error("backlogged after the waiting start got its slot")
+	}
+
+	bounded := &env{opts: Options{MaxConcurrentStarts: 1}}
+	bounded.opts.starts = q
+	if o := bounded.reachOptions(); o.Busy == nil || o.MaxLeftOut != probesLeftOut {
+		t.Errorf("with a bound: Busy set %v, MaxLeftOut %d; want set, %d", o.Busy != nil, o.MaxLeftOut, probesLeftOut)
+	}
+	if o := (&env{}).reachOptions(); o.Busy != nil {
+		t.Error("without a bound, probes ask whether starts are backlogged")
+	}
+}

@@ -36,6 +36,16 @@ type Options struct {
 	// refused (401) before it is Rejected: time for them to be renewed
 	// (see Observer.Refused).
 	RefreshGrace time.Duration
+	// Busy, if set, says whether the process has better use for its CPU
+	// than periodic probes (members of the fleet wait to start). A
+	// periodic probe due while it says so is left out, MaxLeftOut times in
+	// a row at most: the member is probed at least every MaxLeftOut+1
+	// Intervals. Only a member that answered its last probe, with no
+	// request or watch failed since, and no refusal under way, has a probe
+	// left out.
+	Busy func() bool
+	// MaxLeftOut bounds the periodic probes left out in a row (see Busy).
+	MaxLeftOut int
 }
 
 // Result is one probe's outcome.
@@ -129,6 +139,9 @@ type Monitor struct {
 	down   bool
 	missed int
 	slow   bool
+	// leftOut counts the periodic probes left out in a row (Options.Busy);
+	// read and written by the rounds alone.
+	leftOut int
 }
 
 // New returns a Monitor for the member reached through cfg. It wraps cfg's
@@ -217,6 +230,9 @@ func (m *Monitor) Start(ctx context.Context, done func()) {
 // the Monitor is over: ctx ended, or the member was Reconnected or
 // Rejected.
 func (m *Monitor) round(ctx context.Context) (over bool) {
+	if m.leaveOut() {
+		return false
+	}
 	res, ok := m.probe(ctx)
 	if !ok {
 		return true
@@ -244,6 +260,18 @@ func (m *Monitor) round(ctx context.Context) (over bool) {
 		m.broken.Store(false)
 	}
 	return false
+}
+
+// leaveOut says whether the probe due is left out (Options.Busy): the
+// member answered its last probe, nothing failed since, and fewer than
+// MaxLeftOut probes in a row were left out.
+func (m *Monitor) leaveOut() bool {
+	if m.o.Busy == nil || m.down || m.broken.Load() || m.refusing() || m.leftOut >= m.o.MaxLeftOut || !m.o.Busy() {
+		m.leftOut = 0
+		return false
+	}
+	m.leftOut++
+	return true
 }
 
 // next is when to probe next, and whether to at all.

@@ -1,0 +1,128 @@
+package reach
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// busyFlag is an Options.Busy that counts how often it was asked.
+type busyFlag struct {
+	busy  atomic.Bool
+	asked atomic.Int32
+}
+
+func (b *busyFlag) Busy() bool {
+	b.asked.Add(1)
+	return b.busy.Load()
+}
+
+// waitProbes waits until the server has answered n more probes than now.
+func waitProbes(t *testing.T, s *apiServer, n int32, within time.Duration, what string) {
+	t.Helper()
+	want := s.probes.Load() + n
+	deadline := time.Now().Add(within)
+	for s.probes.Load() < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d probes within %s, want %d", what, s.probes.Load()-want+n, within, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestBusyLeavesOutProbesOfAnAnsweringMember: while Busy says so, a member
+// that answers has MaxLeftOut periodic probes in a row left out, and the
+// next one runs; once Busy says no more, every periodic probe runs.
+func TestBusyLeavesOutProbesOfAnAnsweringMember(t *testing.T) {
+	noLeaks(t)
+	s := newAPIServer(t, 0)
+	var b busyFlag
+	b.busy.Store(true)
+	const interval, leftOut = 20 * time.Millisecond, 3
+	m, err := New(s.config(t), Options{Interval: interval, OutageInterval: interval, Timeout: time.Second, Busy: b.Busy, MaxLeftOut: leftOut}, newEvents())
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, m)
+
+	// Busy: each probe that runs follows leftOut left out, each of which
+	// asked Busy; the probe itself does not ask.
+	waitProbes(t, s, 1, 10*time.Second, "busy")
+	asked, probed := b.asked.Load(), s.probes.Load()
+	waitProbes(t, s, 3, 10*time.Second, "busy")
+	if a, p := b.asked.Load()-asked, s.probes.Load()-probed; a != leftOut*p {
+		t.Errorf("busy: %d probes ran and %d were left out, want %d left out (%d before each)", p, a, leftOut*p, leftOut)
+	}
+	// Probes run no closer than leftOut+1 intervals apart.
+	begin := time.Now()
+	waitProbes(t, s, 2, 10*time.Second, "busy")
+	if took := time.Since(begin); took < (leftOut+1)*interval {
+		t.Errorf("two probes within %s while busy, want at least %s between them", took, (leftOut+1)*interval)
+	}
+
+	// Not busy: every round probes, and asks Busy once.
+	b.busy.Store(false)
+	waitProbes(t, s, 2, 10*time.Second, "no longer busy")
+	asked, probed = b.asked.Load(), s.probes.Load()
+	waitProbes(t, s, 4, 10*time.Second, "no longer busy")
+	if a, p := b.asked.Load()-asked, s.probes.Load()-probed; a != p {
+		t.Errorf("not busy: Busy asked %d times for %d probes, want once each", a, p)
+	}
+}
+
+// TestBusyLeavesNoProbeOutOfATroubledMember: however busy, a member whose
+// request got no answer is probed within OutageInterval, one that is down
+// every OutageInterval until it answers, and one whose credentials are
+// refused every OutageInterval.
+func TestBusyLeavesNoProbeOutOfATroubledMember(t *testing.T) {
+	noLeaks(t)
+	const interval, outage = time.Second, 20 * time.Millisecond
+	always := func() bool { return true }
+	opts := Options{Interval: interval, OutageInterval: outage, Timeout: 100 * time.Millisecond, Busy: always, MaxLeftOut: 1000, RefreshGrace: time.Minute}
+
+	t.Run("request without an answer", func(t *testing.T) {
+		s := newAPIServer(t, 0)
+		m, err := New(s.config(t), opts, newEvents())
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, m)
+		m.WatchError(syscall.ECONNREFUSED)
+		// Left out, the next probe would come in 1000 intervals.
+		waitProbes(t, s, 1, 10*interval/2, "after a watch got no answer")
+	})
+
+	t.Run("down", func(t *testing.T) {
+		s := newAPIServer(t, 0)
+		ev := newEvents()
+		m, err := New(s.config(t), opts, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := start(ctx, m)
+		s.mode.Store(1)
+		m.WatchError(syscall.ECONNRESET)
+		within(t, 10*time.Second, "unreachable", ev.unreachableCh)
+		waitProbes(t, s, 2, 5*interval/2, "while down")
+		s.mode.Store(0)
+		within(t, 5*interval/2, "reconnected, probed every OutageInterval", ev.reconnectCh)
+		finished(t, 5*time.Second, "after Reconnected", done)
+	})
+
+	t.Run("credentials refused", func(t *testing.T) {
+		s := newAPIServer(t, 0)
+		m, err := New(s.config(t), opts, newEvents())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.mode.Store(3)
+		run(t, m)
+		m.refused(errors.New("credentials rejected: 401"))
+		waitProbes(t, s, 3, 5*interval/2, "while refused")
+	})
+}
