@@ -52,8 +52,13 @@ import (
 //   - ms-p99-add-to-reconcile and ms-p99-delete: one more cluster added,
 //     its first Reconcile awaited, then deleted (Delete returns once its
 //     Manager has stopped), one at a time, ~100 times with the whole fleet
-//     running; -burst: the same meanwhile the fleet is being registered
-//     (as many as fit in the burst, n-burst-cycles).
+//     running; -burst: the same once the fleet is registered, while it
+//     starts (as many as fit in the burst, n-burst-cycles).
+//   - ms-add-to-reconcile-amid-registration: one more cluster added
+//     halfway through the fleet's Adds. The Server cannot tell it from
+//     the fleet registered at once, and it waits its turn: the newest of
+//     the waiting starts start first, and every fourth slot goes to the
+//     oldest, so one added amid thousands waits for most of them.
 //   - µs-status, µs-statuses, µs-clusternames: median (and -max) of 100
 //     calls of Server.Status, Statuses and ClusterNames, fleet at rest;
 //     µs-appendstatuses-reused: the same of AppendStatuses given the
@@ -113,6 +118,7 @@ func BenchmarkFakeFleet(b *testing.B) {
 				b.ReportMetric(ms(fig.BurstAdd.P99), "ms-p99-add-to-reconcile-burst")
 				b.ReportMetric(ms(fig.BurstDelete.P99), "ms-p99-delete-burst")
 				b.ReportMetric(float64(fig.BurstAdd.N), "n-burst-cycles")
+				b.ReportMetric(ms(fig.AmidAdd), "ms-add-to-reconcile-amid-registration")
 				b.ReportMetric(micros(fig.Status.P50), "µs-status")
 				b.ReportMetric(micros(fig.Status.Max), "µs-status-max")
 				b.ReportMetric(micros(fig.Statuses.P50), "µs-statuses")
@@ -131,13 +137,13 @@ func BenchmarkFakeFleet(b *testing.B) {
 				b.ReportMetric(fakesCPU, "s-cpu-fakes")
 				b.ReportMetric(load, "load-1m")
 				b.Logf("clusters=%d: all reconciled in %s (Adds took %s; engine CPU in the burst %s), RSS %.0f MiB at rest (peak %.0f MiB), %.0f KiB and %.1f goroutines per cluster; "+
-					"add→reconcile p50/p99/max %s/%s/%s, delete %s/%s/%s; during the burst (%d cycles) add→reconcile %s/%s/%s, delete %s/%s/%s; "+
+					"add→reconcile p50/p99/max %s/%s/%s, delete %s/%s/%s; during the burst (%d cycles) add→reconcile %s/%s/%s, delete %s/%s/%s; one added amid the registration: %s; "+
 					"Status %s (max %s, CPU %s), Statuses %s (max %s, CPU %s), AppendStatuses with its last buffer %s (max %s), ClusterNames %s (max %s, CPU %s); /fleetz %s (max %s, %d KiB); "+
 					"engine stopped in %s; CPU engine %.1f s (at rest %.2f cores), fakes %.1f s; load %.2f before, %.2f after; fake fleet RSS %.0f MiB",
 					len(spec.Clusters), fig.AllReconciled.Round(time.Millisecond), fig.Registered.Round(time.Millisecond), fig.BurstCPU.Round(time.Millisecond),
 					fig.RSSMiB, fig.PeakRSSMiB, fig.RSSKiB, fig.Goroutines,
 					fig.Add.P50, fig.Add.P99, fig.Add.Max, fig.Delete.P50, fig.Delete.P99, fig.Delete.Max,
-					fig.BurstAdd.N, fig.BurstAdd.P50, fig.BurstAdd.P99, fig.BurstAdd.Max, fig.BurstDelete.P50, fig.BurstDelete.P99, fig.BurstDelete.Max,
+					fig.BurstAdd.N, fig.BurstAdd.P50, fig.BurstAdd.P99, fig.BurstAdd.Max, fig.BurstDelete.P50, fig.BurstDelete.P99, fig.BurstDelete.Max, fig.AmidAdd.Round(time.Millisecond),
 					fig.Status.P50, fig.Status.Max, fig.StatusCPU.P50, fig.Statuses.P50, fig.Statuses.Max, fig.StatusesCPU.P50,
 					fig.AppendStatuses.P50, fig.AppendStatuses.Max,
 					fig.ClusterNames.P50, fig.ClusterNames.Max, fig.ClusterNamesCPU.P50,
@@ -224,10 +230,13 @@ type fleetFigures struct {
 	RSSMiB, PeakRSSMiB        float64
 	RSSKiB, Goroutines        float64 // per cluster, at rest
 	BurstAdd, BurstDelete     spread
-	Add, Delete               spread
-	Status, Statuses          spread
-	AppendStatuses            spread // with the buffer of its last call
-	ClusterNames              spread
+	// AmidAdd is add→reconcile of the cluster added amid the fleet's
+	// registration.
+	AmidAdd          time.Duration
+	Add, Delete      spread
+	Status, Statuses spread
+	AppendStatuses   spread // with the buffer of its last call
+	ClusterNames     spread
 	// The same calls' CPU time (their thread's): what they cost whatever
 	// else the two cores were doing meanwhile.
 	StatusCPU, StatusesCPU, ClusterNamesCPU spread
@@ -356,13 +365,17 @@ func measureFleet(t *testing.T, spec *fleetEngineSpec) fleetFigures {
 	stopCPUProfile := cpuProfile(t, label+"-register")
 	cpuBefore := cpuTime()
 	begin := time.Now()
-	burstDone := make(chan struct{})
+	registered, burstDone := make(chan struct{}), make(chan struct{})
 	var (
 		burstAdds, burstDeletes []time.Duration
+		amid                    []time.Duration
 		prober                  sync.WaitGroup
 	)
+	// One more cluster, once the fleet is registered, while it starts;
+	// then another, and so on.
 	prober.Go(func() {
-		for _, c := range spec.Burst {
+		<-registered
+		for _, c := range spec.Burst[min(1, len(spec.Burst)):] {
 			select {
 			case <-burstDone:
 				return
@@ -371,12 +384,18 @@ func measureFleet(t *testing.T, spec *fleetEngineSpec) fleetFigures {
 			cycle(c, &burstAdds, &burstDeletes)
 		}
 	})
-	for _, c := range spec.Clusters {
+	for i, c := range spec.Clusters {
+		if i == len(spec.Clusters)/2 && len(spec.Burst) > 0 {
+			// One added amid the registration: as the Server sees it,
+			// one of the fleet registered at once, which waits its turn.
+			prober.Go(func() { cycle(spec.Burst[0], &amid, new([]time.Duration)) })
+		}
 		if err := srv.Add(ff.config(c)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	fig.Registered = time.Since(begin)
+	close(registered)
 	test.Eventually(t, 10*time.Minute, "every cluster reconciled every object", func() bool {
 		return fleet.completed() == len(spec.Clusters)
 	})
@@ -386,6 +405,9 @@ func measureFleet(t *testing.T, spec *fleetEngineSpec) fleetFigures {
 	prober.Wait()
 	stopCPUProfile()
 	fig.BurstAdd, fig.BurstDelete = spreadOf(burstAdds), spreadOf(burstDeletes)
+	if len(amid) > 0 {
+		fig.AmidAdd = amid[0]
+	}
 
 	fig.PeakRSSMiB = float64(statusKiB("/proc/self/status", "VmHWM:")) / 1024
 	idle := readings(t, label+"-idle")
