@@ -1,7 +1,6 @@
 package reach
 
 import (
-	"context"
 	"errors"
 	"sync/atomic"
 	"syscall"
@@ -102,9 +101,7 @@ func TestBusyLeavesNoProbeOutOfATroubledMember(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		done := start(ctx, m)
+		done := start(t.Context(), m)
 		s.mode.Store(1)
 		m.WatchError(syscall.ECONNRESET)
 		within(t, 10*time.Second, "unreachable", ev.unreachableCh)
