@@ -1,0 +1,107 @@
+package server_test
+
+import (
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/server"
+	"github.com/mccr-dev/mccr/test"
+)
+
+// probeGaps waits for n more probes of name (its Status' LastProbe
+// changing) and returns the time between each and the one before.
+func probeGaps(t *testing.T, srv *server.Server, name string, n int) []time.Duration {
+	t.Helper()
+	st, err := srv.Status(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := st.LastProbe
+	var gaps []time.Duration
+	test.Eventually(t, 60*time.Second, "probes of "+name, func() bool {
+		st, err := srv.Status(name)
+		if err == nil && !st.LastProbe.Equal(last) {
+			if !last.IsZero() {
+				gaps = append(gaps, st.LastProbe.Sub(last))
+			}
+			last = st.LastProbe
+		}
+		return len(gaps) >= n
+	})
+	return gaps
+}
+
+// TestProbesWaitWhileStartsWait, on real API servers: while a start waits
+// for a slot, a Ready member that answers is probed every fourth
+// ReachProbeInterval only; once no start waits, every interval again.
+func TestProbesWaitWhileStartsWait(t *testing.T) {
+	ns := testNamespace(t)
+	server.SetStartSlotHold(t, time.Hour)
+	server.SetStartGateCPUBusy(t, func() bool { return true })
+	ignore := goleak.IgnoreCurrent()
+	const interval = 150 * time.Millisecond
+	r := startServer(t, ns, nil, func(o *server.Options) {
+		o.MaxConcurrentStarts = 1
+		o.ReachProbeInterval = interval
+	})
+	holding := holdSetups(r.srv, fleet.Cluster("m2").Config.Host)
+	defer holding.release()
+
+	if err := r.srv.Add(config.NewNamedConfig("steady", fleet.Cluster("m1").Config)); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, r.srv, "steady")
+	if gaps := probeGaps(t, r.srv, "steady", 3); minGap(gaps) >= 3*interval {
+		t.Fatalf("probes %v apart with no start waiting, want every %s", gaps, interval)
+	}
+
+	// holder takes the one slot and keeps it (its setups wait, and the
+	// CPU is said to be busy); waiter waits for it.
+	if err := r.srv.Add(config.NewNamedConfig("holder", fleet.Cluster("m2").Config)); err != nil {
+		t.Fatal(err)
+	}
+	test.Eventually(t, 30*time.Second, "holder in its setups", func() bool { return holding.entered.Load() == 1 })
+	if err := r.srv.Add(config.NewNamedConfig("waiter", fleet.Cluster("m3").Config)); err != nil {
+		t.Fatal(err)
+	}
+	test.Eventually(t, 30*time.Second, "waiter waiting for the slot", func() bool {
+		held, waiting := server.StartSlots(r.srv)
+		return held == 1 && waiting == 1
+	})
+	probeGaps(t, r.srv, "steady", 1) // the first whole gap begins after this probe
+	for _, gap := range probeGaps(t, r.srv, "steady", 3) {
+		if gap < 4*interval-interval/2 {
+			t.Errorf("steady probed %s after its last probe while a start waits, want every fourth interval (%s)", gap, 4*interval)
+		}
+	}
+	if st, _ := r.srv.Status("steady"); st.Phase != server.PhaseReady || !st.Reachable {
+		t.Errorf("steady is %s, reachable %v, while its probes wait", st.Phase, st.Reachable)
+	}
+
+	holding.release()
+	waitReady(t, r.srv, "holder", "waiter")
+	if _, waiting := server.StartSlots(r.srv); waiting != 0 {
+		t.Fatalf("%d starts wait with every member Ready", waiting)
+	}
+	probeGaps(t, r.srv, "steady", 1)
+	if gaps := probeGaps(t, r.srv, "steady", 4); minGap(gaps) >= 3*interval {
+		t.Errorf("probes %v apart once no start waits, want every %s again", gaps, interval)
+	}
+
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	fleet.CloseConnections()
+	verifyNoLeaks(t, ignore)
+}
+
+func minGap(gaps []time.Duration) time.Duration {
+	m := time.Duration(1<<63 - 1)
+	for _, g := range gaps {
+		m = min(m, g)
+	}
+	return m
+}
