@@ -36,21 +36,29 @@ func probeGaps(t *testing.T, srv *server.Server, name string, n int) []time.Dura
 
 // TestProbesWaitWhileStartsWait, on real API servers: while a start waits
 // for a slot, a Ready member that answers is probed every fourth
-// ReachProbeInterval only; once no start waits, every interval again.
+// ReachProbeInterval only, and its API server going silent (frozen by a
+// fault proxy: no answer, no error) is still found within four intervals
+// plus ReachProbeTimeout; once no start waits, every interval again.
 func TestProbesWaitWhileStartsWait(t *testing.T) {
 	ns := testNamespace(t)
 	server.SetStartSlotHold(t, time.Hour)
 	server.SetStartGateCPUBusy(t, func() bool { return true })
 	ignore := goleak.IgnoreCurrent()
-	const interval = 150 * time.Millisecond
+	const interval, timeout = 150 * time.Millisecond, 300 * time.Millisecond
 	r := startServer(t, ns, nil, func(o *server.Options) {
 		o.MaxConcurrentStarts = 1
 		o.ReachProbeInterval = interval
+		o.ReachProbeTimeout = timeout
 	})
+	p, err := test.StartFaultProxy(fleet.Cluster("m1").Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Close() }()
 	holding := holdSetups(r.srv, fleet.Cluster("m2").Config.Host)
 	defer holding.release()
 
-	if err := r.srv.Add(config.NewNamedConfig("steady", fleet.Cluster("m1").Config)); err != nil {
+	if err := r.srv.Add(config.NewNamedConfig("steady", p.Config())); err != nil {
 		t.Fatal(err)
 	}
 	waitReady(t, r.srv, "steady")
@@ -81,8 +89,24 @@ func TestProbesWaitWhileStartsWait(t *testing.T) {
 		t.Errorf("steady is %s, reachable %v, while its probes wait", st.Phase, st.Reachable)
 	}
 
+	// Silent: left out no more than three times, a probe finds it.
+	if err := p.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	frozen := time.Now()
+	test.Eventually(t, 30*time.Second, "steady Unreachable", func() bool {
+		st, err := r.srv.Status("steady")
+		return err == nil && st.Phase == server.PhaseUnreachable
+	})
+	if took, bound := time.Since(frozen), 4*interval+timeout; took > bound+2*time.Second {
+		t.Errorf("steady, silent while a start waits, Unreachable after %s, want within %s", took, bound)
+	}
+	if err := p.Pass(); err != nil {
+		t.Fatal(err)
+	}
+
 	holding.release()
-	waitReady(t, r.srv, "holder", "waiter")
+	waitReady(t, r.srv, "holder", "waiter", "steady")
 	if _, waiting := server.StartSlots(r.srv); waiting != 0 {
 		t.Fatalf("%d starts wait with every member Ready", waiting)
 	}
@@ -93,6 +117,9 @@ func TestProbesWaitWhileStartsWait(t *testing.T) {
 
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Error(err)
 	}
 	fleet.CloseConnections()
 	verifyNoLeaks(t, ignore)
