@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -62,7 +63,7 @@ func TestProbesWaitWhileStartsWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitReady(t, r.srv, "steady")
-	if gaps := probeGaps(t, r.srv, "steady", 3); minGap(gaps) >= 3*interval {
+	if gaps := probeGaps(t, r.srv, "steady", 3); slices.Min(gaps) >= 3*interval {
 		t.Fatalf("probes %v apart with no start waiting, want every %s", gaps, interval)
 	}
 
@@ -111,7 +112,7 @@ func TestProbesWaitWhileStartsWait(t *testing.T) {
 		t.Fatalf("%d starts wait with every member Ready", waiting)
 	}
 	probeGaps(t, r.srv, "steady", 1)
-	if gaps := probeGaps(t, r.srv, "steady", 4); minGap(gaps) >= 3*interval {
+	if gaps := probeGaps(t, r.srv, "steady", 4); slices.Min(gaps) >= 3*interval {
 		t.Errorf("probes %v apart once no start waits, want every %s again", gaps, interval)
 	}
 
@@ -123,12 +124,4 @@ func TestProbesWaitWhileStartsWait(t *testing.T) {
 	}
 	fleet.CloseConnections()
 	verifyNoLeaks(t, ignore)
-}
-
-func minGap(gaps []time.Duration) time.Duration {
-	m := time.Duration(1<<63 - 1)
-	for _, g := range gaps {
-		m = min(m, g)
-	}
-	return m
 }
