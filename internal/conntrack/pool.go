@@ -23,6 +23,11 @@ import (
 // A hundred members pointed at three API servers then hold three HTTP/2
 // connections instead of a hundred, and a deleted member leaves none
 // behind.
+//
+// The pool's lock covers its map and reference counts only: transports
+// and mappers are built outside it, so that thousands of members starting
+// at once, each with an API server of its own, do not queue behind one
+// another's TLS setup, nor a release behind them all.
 type Pool struct {
 	mu      sync.Mutex
 	entries map[string]*entry
@@ -31,7 +36,9 @@ type Pool struct {
 type entry struct {
 	rt    http.RoundTripper
 	conns *Tracker
-	refs  int
+	refs  int // under Pool.mu
+
+	mu sync.Mutex
 	// mappers holds one REST mapper per identity (credentials) using this
 	// transport: the same API server seen by the same user maps kinds the
 	// same way, so its members need to discover it only once.
@@ -89,34 +96,10 @@ func (p *Pool) Acquire(cfg *rest.Config) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	e, ok := p.entries[key]
-	if !ok {
-		shared, conns := Wrap(&rest.Config{
-			Host:               cfg.Host,
-			TLSClientConfig:    cfg.TLSClientConfig,
-			Proxy:              cfg.Proxy,
-			Dial:               cfg.Dial,
-			DisableCompression: cfg.DisableCompression,
-			// Applied once, to the tracked transport: a WrapTransport that
-			// replaces the transport it is given (KubeFed's relaxed TLS
-			// does) then builds one replacement per lease, not one per
-			// client, and dials through the tracker.
-			WrapTransport: cfg.WrapTransport,
-		})
-		rt, err := rest.TransportFor(shared)
-		if err != nil {
-			conns.Close()
-			return nil, fmt.Errorf("building transport for %s: %w", cfg.Host, err)
-		}
-		e = &entry{rt: rt, conns: conns, mappers: map[string]meta.RESTMapper{}}
-		if p.entries == nil {
-			p.entries = map[string]*entry{}
-		}
-		p.entries[key] = e
+	e, err := p.ref(key, cfg)
+	if err != nil {
+		return nil, err
 	}
-	e.refs++
 
 	out := rest.CopyConfig(cfg)
 	out.Transport = e.rt
@@ -131,8 +114,8 @@ func (p *Pool) Acquire(cfg *rest.Config) (*Lease, error) {
 		release: func() { once.Do(func() { p.release(key, e) }) },
 		mapper: func(next MapperProvider) MapperProvider {
 			return func(c *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
-				p.mu.Lock()
-				defer p.mu.Unlock()
+				e.mu.Lock()
+				defer e.mu.Unlock()
 				if m, ok := e.mappers[ident]; ok {
 					return m, nil
 				}
@@ -144,6 +127,54 @@ func (p *Pool) Acquire(cfg *rest.Config) (*Lease, error) {
 			}
 		},
 	}, nil
+}
+
+// ref takes a reference to the entry for key, building it for cfg when
+// there is none. The transport is built with the lock released; of two
+// built at once for one key, the second is closed unused.
+func (p *Pool) ref(key string, cfg *rest.Config) (*entry, error) {
+	p.mu.Lock()
+	if e, ok := p.entries[key]; ok {
+		e.refs++
+		p.mu.Unlock()
+		return e, nil
+	}
+	p.mu.Unlock()
+
+	shared, conns := Wrap(&rest.Config{
+		Host:               cfg.Host,
+		TLSClientConfig:    cfg.TLSClientConfig,
+		Proxy:              cfg.Proxy,
+		Dial:               cfg.Dial,
+		DisableCompression: cfg.DisableCompression,
+		// Applied once, to the tracked transport: a WrapTransport that
+		// replaces the transport it is given (KubeFed's relaxed TLS
+		// does) then builds one replacement per lease, not one per
+		// client, and dials through the tracker.
+		WrapTransport: cfg.WrapTransport,
+	})
+	rt, err := rest.TransportFor(shared)
+	if err != nil {
+		conns.Close()
+		return nil, fmt.Errorf("building transport for %s: %w", cfg.Host, err)
+	}
+	built := &entry{rt: rt, conns: conns, mappers: map[string]meta.RESTMapper{}}
+
+	p.mu.Lock()
+	e, ok := p.entries[key]
+	if !ok {
+		e = built
+		if p.entries == nil {
+			p.entries = map[string]*entry{}
+		}
+		p.entries[key] = e
+	}
+	e.refs++
+	p.mu.Unlock()
+	if e != built {
+		conns.Close() // nothing dialed through it yet
+	}
+	return e, nil
 }
 
 func (p *Pool) release(key string, e *entry) {

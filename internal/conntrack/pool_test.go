@@ -196,3 +196,101 @@ func TestPoolWrapTransportIsTracked(t *testing.T) {
 	l.Release()
 	waitFor(t, "the wrapped lease's connection closed", func() bool { return open() == 1 })
 }
+
+// The pool's lock is not held while a transport or a mapper is built: an
+// API server whose transport takes long to build (its WrapTransport
+// blocks here), or whose mapper does, holds up neither the members of
+// other API servers nor a release. Of two transports built at once for
+// one API server, one is kept and both leases use it.
+func TestPoolBuildsOutsideItsLock(t *testing.T) {
+	srv, _ := server(t)
+	var p Pool
+	const bound = 5 * time.Second
+	within := func(what string, fn func()) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			fn()
+		}()
+		select {
+		case <-done:
+		case <-time.After(bound):
+			t.Fatalf("%s: not within %s while another API server's transport or mapper is being built", what, bound)
+		}
+	}
+	others := func() {
+		t.Helper()
+		within("Acquire and Release of another API server", func() {
+			l, err := p.Acquire(&rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			l.Release()
+		})
+	}
+
+	// A transport being built, twice at once for the same API server.
+	slow := &rest.Config{Host: "https://127.0.0.1:1", TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	entered, release := make(chan struct{}, 2), make(chan struct{})
+	slow.WrapTransport = func(next http.RoundTripper) http.RoundTripper {
+		entered <- struct{}{}
+		<-release
+		return next
+	}
+	leases := make(chan *Lease, 2)
+	for range 2 {
+		go func() {
+			l, err := p.Acquire(slow)
+			if err != nil {
+				t.Error(err)
+			}
+			leases <- l
+		}()
+	}
+	for range 2 {
+		select {
+		case <-entered:
+		case <-time.After(bound):
+			t.Fatalf("two Acquires of one API server: the second did not start building within %s", bound)
+		}
+	}
+	others()
+	close(release)
+	a, b := <-leases, <-leases
+	if a == nil || b == nil {
+		t.FailNow()
+	}
+	if a.Config.Transport != b.Config.Transport {
+		t.Error("two leases of one API server built at once use different transports")
+	}
+	a.Release()
+	b.Release()
+
+	// A mapper being built.
+	l, err := p.Acquire(slow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	building, unblock, built := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(built)
+		_, _ = l.MapperProvider(func(*rest.Config, *http.Client) (meta.RESTMapper, error) {
+			close(building)
+			<-unblock
+			return meta.NewDefaultRESTMapper(nil), nil
+		})(l.Config, nil)
+	}()
+	<-building
+	defer func() { close(unblock); <-built }()
+	others()
+
+	p.mu.Lock()
+	kept := len(p.entries)
+	p.mu.Unlock()
+	if kept != 1 {
+		t.Errorf("%d transports kept with one lease held, want 1", kept)
+	}
+}
