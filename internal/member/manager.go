@@ -33,7 +33,7 @@ import (
 var (
 	// ErrStarted is returned by a second Start.
 	ErrStarted = errors.New("member manager already started")
-	// ErrStopped is returned by Add after the Manager stopped.
+	// ErrStopped is returned by Add once the Manager was told to stop.
 	ErrStopped = errors.New("member manager stopped")
 	// ErrShutdownTimeout is returned by Start when runnables did not return
 	// within the graceful shutdown timeout. They go on stopping in the
@@ -73,8 +73,10 @@ type Options struct {
 	Logger logr.Logger
 	// Controller holds the defaults for controllers built on this Manager.
 	Controller config.Controller
-	// BaseContext provides the context runnables (and so Reconcile) get.
-	// Defaults to context.Background.
+	// BaseContext provides the values of the context runnables (and so
+	// Reconcile) get; that context ends with Start's (see runContext), not
+	// with BaseContext's, which had better never end. Defaults to
+	// context.Background.
 	BaseContext func() context.Context
 	// GracefulShutdownTimeout bounds how long Start waits for runnables to
 	// return after its context ends, with controller-runtime's meaning:
