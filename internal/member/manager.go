@@ -33,7 +33,7 @@ import (
 var (
 	// ErrStarted is returned by a second Start.
 	ErrStarted = errors.New("member manager already started")
-	// ErrStopped is returned by Add once the Manager was told to stop.
+	// ErrStopped is returned by Add after the Manager stopped.
 	ErrStopped = errors.New("member manager stopped")
 	// ErrShutdownTimeout is returned by Start when runnables did not return
 	// within the graceful shutdown timeout. They go on stopping in the
@@ -73,10 +73,8 @@ type Options struct {
 	Logger logr.Logger
 	// Controller holds the defaults for controllers built on this Manager.
 	Controller config.Controller
-	// BaseContext provides the values of the context runnables (and so
-	// Reconcile) get; that context ends with Start's (see runContext), not
-	// with BaseContext's, which had better never end. Defaults to
-	// context.Background.
+	// BaseContext provides the context runnables (and so Reconcile) get.
+	// Defaults to context.Background.
 	BaseContext func() context.Context
 	// GracefulShutdownTimeout bounds how long Start waits for runnables to
 	// return after its context ends, with controller-runtime's meaning:
@@ -176,14 +174,8 @@ type Manager struct {
 	ctx     context.Context // runnables' context while running
 	end     context.CancelFunc
 	errs    chan error
-	// live counts the goroutines that run runnables (and startInOrder's).
-	// idle closes once none does after ctx has ended; the goroutine that
-	// makes it so stops the cache (stopCache), whichever it is.
-	live      int
-	idle      chan struct{}
-	idleShut  bool
-	stopCache context.CancelFunc
-	stopped   chan struct{} // closed once every runnable and the cache returned
+	wg      sync.WaitGroup
+	stopped chan struct{} // closed once every runnable and the cache returned
 }
 
 var _ manager.Manager = &Manager{}
@@ -244,7 +236,6 @@ func New(cl cluster.Cluster, opts Options) *Manager {
 		converters: conversion.NewRegistry(),
 		elected:    elected,
 		errs:       make(chan error, 1),
-		idle:       make(chan struct{}),
 		stopped:    make(chan struct{}),
 	}
 }
@@ -355,7 +346,9 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 func (m *Manager) Add(r manager.Runnable) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.state > 1 || m.stoppingLocked() {
+	switch m.state {
+	case 0, 1:
+	default:
 		return ErrStopped
 	}
 	if m.opts.Reconciled != nil {
@@ -393,9 +386,7 @@ func (m *Manager) launchLocked(r manager.Runnable, wu *warmup) {
 	if groupOf(r) != groupMain {
 		elected = nil
 	}
-	m.live++
-	go func() {
-		defer m.exit()
+	m.wg.Go(func() {
 		if w, ok := r.(warmupRunnable); ok {
 			if err := w.Warmup(withWaiter(ctx, wu.waiter)); err != nil {
 				if ctx.Err() == nil {
@@ -415,56 +406,7 @@ func (m *Manager) launchLocked(r manager.Runnable, wu *warmup) {
 		if err := r.Start(ctx); err != nil {
 			m.fail(err)
 		}
-	}()
-}
-
-// stoppingLocked reports whether the runnables were told to stop.
-func (m *Manager) stoppingLocked() bool { return m.ctx != nil && m.ctx.Err() != nil }
-
-// exit is the end of a goroutine counted in live. The last one to return
-// once the runnables were told to stop stops the cache: the shutdown's
-// next step runs here and then, whenever Start's own goroutine gets to
-// run, with no goroutine to wait for on a busy process.
-func (m *Manager) exit() {
-	m.mu.Lock()
-	m.live--
-	last := m.idleLocked()
-	stopCache := m.stopCache
-	m.mu.Unlock()
-	if last {
-		stopCache()
-	}
-}
-
-// idleLocked closes idle, once, when no runnable runs and they were told
-// to stop; it reports whether it closed it now.
-func (m *Manager) idleLocked() bool {
-	if m.live > 0 || m.idleShut || !m.stoppingLocked() {
-		return false
-	}
-	m.idleShut = true
-	close(m.idle)
-	return true
-}
-
-// waitIdle waits for every runnable to return, as long as the graceful
-// shutdown timeout allows.
-func (m *Manager) waitIdle(timeout time.Duration, forever bool) error {
-	switch {
-	case forever:
-		<-m.idle
-	case timeout == 0:
-		// controller-runtime's "do not wait": no error either.
-	default:
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		select {
-		case <-m.idle:
-		case <-t.C:
-			return ErrShutdownTimeout
-		}
-	}
-	return nil
+	})
 }
 
 // fail records the first runnable failure and ends the Manager.
@@ -491,25 +433,46 @@ func (m *Manager) fail(err error) {
 // cache of their own (each waited for), then those that need no leader
 // election, then the rest, controllers among them.
 func (m *Manager) Start(ctx context.Context) error {
-	// endCtx ends when ctx does or a runnable fails.
-	endCtx, end := context.WithCancel(ctx)
-	defer end()
-	// The runnables' context has BaseContext's values and ends with
-	// endCtx, in the goroutine that ends it (see runContext): a member told
-	// to stop has its controllers told at once, not once a goroutine of the
-	// shutdown has been scheduled.
-	runCtx, stopRunnables := context.WithCancel(runContext{Context: endCtx, values: m.opts.BaseContext()})
+	runCtx, stopRunnables := context.WithCancel(m.opts.BaseContext())
 	defer stopRunnables()
 	cacheCtx, stopCache := context.WithCancel(context.Background())
 	defer stopCache()
+	// endCtx ends when ctx does or a runnable fails; the shutdown then runs
+	// in the goroutine AfterFunc starts for it.
+	endCtx, end := context.WithCancel(ctx)
+	defer end()
+	// Every wg.Add happens under m.mu while the state is running, and the
+	// shutdown sets it to stopped under m.mu before it waits: no Add can
+	// race the Wait.
 	m.mu.Lock()
 	if m.state != 0 {
 		m.mu.Unlock()
 		return ErrStarted
 	}
-	m.state, m.ctx, m.end, m.stopCache = 1, runCtx, end, stopCache
-	m.live++ // startInOrder
+	m.state, m.ctx, m.end = 1, runCtx, end
+	m.wg.Add(1) // startInOrder
 	m.mu.Unlock()
+
+	timeout, forever := ShutdownTimeout(m.opts.GracefulShutdownTimeout)
+	var shutdownErr error
+	shutdownDone := make(chan struct{})
+	unhook := context.AfterFunc(endCtx, func() {
+		defer close(shutdownDone)
+		m.mu.Lock()
+		m.state = 2
+		m.mu.Unlock()
+		stopRunnables()
+		switch {
+		case forever:
+			m.wg.Wait()
+		case timeout == 0:
+			// controller-runtime's "do not wait": no error either.
+		case !waitTimeout(&m.wg, timeout):
+			shutdownErr = ErrShutdownTimeout
+		}
+		stopCache()
+	})
+	defer unhook()
 
 	cacheDone := make(chan error, 1)
 	cacheStopped := make(chan struct{})
@@ -522,39 +485,25 @@ func (m *Manager) Start(ctx context.Context) error {
 		// timeout still count: the Manager has stopped only once they
 		// return.
 		go func() {
-			<-m.idle
+			m.wg.Wait()
 			<-cacheStopped
 			m.writes.wait()
 			close(m.stopped)
 		}()
 	}()
 	go func() {
-		defer m.exit()
+		defer m.wg.Done()
 		m.startInOrder(runCtx)
 	}()
-
 	var cacheErr error
-	cacheReturned := false
 	select {
 	case cacheErr = <-cacheDone:
-		cacheReturned = true
 		end() // the cache stopped by itself (an error)
+		<-shutdownDone
 	case <-endCtx.Done():
-	}
-	// The shutdown: the runnables, waited for up to the graceful shutdown
-	// timeout, then the cache. When they return in time the last of them
-	// has stopped the cache already (exit).
-	stopRunnables()
-	m.mu.Lock()
-	m.state = 2
-	m.idleLocked()
-	m.mu.Unlock()
-	timeout, forever := ShutdownTimeout(m.opts.GracefulShutdownTimeout)
-	shutdownErr := m.waitIdle(timeout, forever)
-	stopCache()
-	if !cacheReturned {
-		// Like controller-runtime, wait for the cache only as long as the
-		// graceful shutdown timeout allows.
+		<-shutdownDone
+		// The cache was told to stop; like controller-runtime, wait for it
+		// only as long as the graceful shutdown timeout allows.
 		cacheErr = m.waitCache(cacheDone, timeout, forever)
 	}
 	var err error
@@ -583,7 +532,7 @@ func (m *Manager) startInOrder(ctx context.Context) {
 	}
 	for g := range groups {
 		m.mu.Lock()
-		if m.state != 1 || m.stoppingLocked() {
+		if m.state != 1 {
 			m.mu.Unlock()
 			return
 		}
@@ -619,6 +568,19 @@ func (m *Manager) waitCache(done <-chan error, timeout time.Duration, forever bo
 			return nil
 		}
 		return ErrShutdownTimeout
+	}
+}
+
+func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
 	}
 }
 
