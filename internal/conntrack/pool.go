@@ -4,8 +4,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -42,7 +44,59 @@ type entry struct {
 	// mappers holds one REST mapper per identity (credentials) using this
 	// transport: the same API server seen by the same user maps kinds the
 	// same way, so its members need to discover it only once.
-	mappers map[string]meta.RESTMapper
+	mappers map[string]*sharedMapper
+}
+
+// sharedMapper is the mapper of one identity, and the clients of the
+// leases that use it. Its requests go out through the client of the last
+// of them still held: never with the credentials of a member that is gone
+// (deleted, or replaced by an Update), which may have been revoked since.
+type sharedMapper struct {
+	mapper meta.RESTMapper
+	clients
+}
+
+// clients are the HTTP clients (their round trippers) of the leases that
+// share a mapper, in the order they joined.
+type clients struct {
+	mu   sync.Mutex
+	held []heldClient
+}
+
+type heldClient struct {
+	lease *Lease
+	rt    http.RoundTripper
+}
+
+// errNoLease is what a shared mapper's request gets once no lease of its
+// identity is held.
+var errNoLease = errors.New("no member reaches this API server with these credentials any more")
+
+func (c *clients) join(l *Lease, rt http.RoundTripper) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.held = append(c.held, heldClient{l, rt})
+}
+
+func (c *clients) leave(l *Lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.held = slices.DeleteFunc(c.held, func(h heldClient) bool { return h.lease == l })
+}
+
+// RoundTrip sends req through the client of the last lease that joined
+// and is still held.
+func (c *clients) RoundTrip(req *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	var rt http.RoundTripper
+	if n := len(c.held); n > 0 {
+		rt = c.held[n-1].rt
+	}
+	c.mu.Unlock()
+	if rt == nil {
+		return nil, fmt.Errorf("%s: %w", req.URL.Host, errNoLease)
+	}
+	return rt.RoundTrip(req)
 }
 
 // Lease is a config's use of the pool.
@@ -51,6 +105,9 @@ type Lease struct {
 	Config  *rest.Config
 	release func()
 	mapper  func(next MapperProvider) MapperProvider
+
+	mu     sync.Mutex
+	joined []*clients // of the shared mappers it uses
 }
 
 // MapperProvider builds a REST mapper (controller-runtime's
@@ -59,10 +116,22 @@ type MapperProvider = func(*rest.Config, *http.Client) (meta.RESTMapper, error)
 
 // Release gives the lease back; the last release of a shared transport
 // closes its connections. Release is idempotent.
-func (l *Lease) Release() { l.release() }
+func (l *Lease) Release() {
+	l.mu.Lock()
+	joined := l.joined
+	l.joined = nil
+	l.mu.Unlock()
+	for _, c := range joined {
+		c.leave(l)
+	}
+	l.release()
+}
 
 // MapperProvider returns a provider that hands every lease of the same API
 // server and credentials one shared mapper, built by next the first time.
+// The mapper's requests go out through the HTTP client given to the
+// provider by the last lease still held that asked for it, with that
+// lease's credentials of the moment; with none held, they fail.
 // next defaults to leanmapper.New, which discovers only the group-versions
 // asked about, where controller-runtime's dynamic mapper would read and
 // keep the discovery of every group.
@@ -109,24 +178,44 @@ func (p *Pool) Acquire(cfg *rest.Config) (*Lease, error) {
 	out.Proxy, out.Dial, out.WrapTransport = nil, nil, nil
 
 	var once sync.Once
-	return &Lease{
-		Config:  out,
-		release: func() { once.Do(func() { p.release(key, e) }) },
-		mapper: func(next MapperProvider) MapperProvider {
-			return func(c *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
-				e.mu.Lock()
-				defer e.mu.Unlock()
-				if m, ok := e.mappers[ident]; ok {
-					return m, nil
-				}
-				m, err := next(c, hc)
-				if err == nil {
-					e.mappers[ident] = m
-				}
-				return m, err
-			}
-		},
-	}, nil
+	l := &Lease{Config: out, release: func() { once.Do(func() { p.release(key, e) }) }}
+	l.mapper = func(next MapperProvider) MapperProvider {
+		return func(c *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
+			return e.mapperFor(l, ident, next, c, hc)
+		}
+	}
+	return l, nil
+}
+
+// mapperFor returns the mapper that l's identity shares on e, built by next
+// the first time, and has l's client (hc) carry its requests while l is
+// held and the last to join.
+func (e *entry) mapperFor(l *Lease, ident string, next MapperProvider, c *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	sm, ok := e.mappers[ident]
+	if !ok {
+		sm = &sharedMapper{}
+		e.mappers[ident] = sm
+	}
+	if hc != nil {
+		sm.join(l, hc.Transport)
+		l.mu.Lock()
+		l.joined = append(l.joined, &sm.clients)
+		l.mu.Unlock()
+	}
+	if sm.mapper != nil {
+		return sm.mapper, nil
+	}
+	var shared *http.Client
+	if hc != nil {
+		shared = &http.Client{Transport: &sm.clients, Timeout: hc.Timeout, Jar: hc.Jar}
+	}
+	m, err := next(c, shared)
+	if err == nil {
+		sm.mapper = m
+	}
+	return m, err
 }
 
 // ref takes a reference to the entry for key, building it for cfg when
@@ -158,7 +247,7 @@ func (p *Pool) ref(key string, cfg *rest.Config) (*entry, error) {
 		conns.Close()
 		return nil, fmt.Errorf("building transport for %s: %w", cfg.Host, err)
 	}
-	built := &entry{rt: rt, conns: conns, mappers: map[string]meta.RESTMapper{}}
+	built := &entry{rt: rt, conns: conns, mappers: map[string]*sharedMapper{}}
 
 	p.mu.Lock()
 	e, ok := p.entries[key]

@@ -2,6 +2,7 @@ package conntrack
 
 import (
 	"crypto/tls"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -294,3 +295,95 @@ func TestPoolBuildsOutsideItsLock(t *testing.T) {
 		t.Errorf("%d transports kept with one lease held, want 1", kept)
 	}
 }
+
+// A mapper shared by the leases of one identity sends its requests with
+// the credentials of a lease still held: never those of a member that is
+// gone, which may have been revoked since (as a member's own credentials
+// are swapped in place, its client is what sends them here).
+func TestPoolSharedMapperSendsHeldCredentials(t *testing.T) {
+	var mu sync.Mutex
+	var sent string
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		sent = r.Header.Get("Authorization")
+	}))
+	t.Cleanup(srv.Close)
+	cfg := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, BearerToken: "shared"}
+	var p Pool
+	holder, err := p.Acquire(cfg) // keeps the API server's entry, uses no mapper
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release()
+
+	var shared *http.Client
+	built := 0
+	// member acquires a lease and builds its mapper with a client that
+	// sends its own credentials, as a member's credential holder does.
+	member := func(name string) *Lease {
+		t.Helper()
+		l, err := p.Acquire(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mc := rest.CopyConfig(l.Config)
+		mc.BearerToken = ""
+		mc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+				r = r.Clone(r.Context())
+				r.Header.Set("Authorization", "Bearer "+name)
+				return rt.RoundTrip(r)
+			})
+		})
+		hc, err := rest.HTTPClientFor(mc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := l.MapperProvider(func(_ *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
+			built++
+			shared = hc
+			return meta.NewDefaultRESTMapper(nil), nil
+		})
+		if _, err := next(mc, hc); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	sends := func(want string) {
+		t.Helper()
+		resp, err := shared.Get(srv.URL + "/api")
+		if err != nil {
+			t.Fatalf("the shared mapper's request: %v", err)
+		}
+		_ = resp.Body.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		if sent != "Bearer "+want {
+			t.Errorf("the shared mapper's request sent %q, want the credentials of %s", sent, want)
+		}
+	}
+
+	a := member("a")
+	b := member("b")
+	sends("b")
+	b.Release()
+	sends("a")
+	a.Release()
+	if resp, err := shared.Get(srv.URL + "/api"); !errors.Is(err, errNoLease) {
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		t.Errorf("with no lease of its identity held, the shared mapper's request = %v, want errNoLease", err)
+	}
+	c := member("c")
+	defer c.Release()
+	sends("c")
+	if built != 1 {
+		t.Errorf("built %d mappers for one identity, want 1", built)
+	}
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
