@@ -2,21 +2,53 @@ package reach
 
 import (
 	"errors"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// busyFlag is an Options.Busy that counts how often it was asked.
+// busyFlag is an Options.Busy that notes, at each question, how many
+// probes the server had answered and what it said.
 type busyFlag struct {
-	busy  atomic.Bool
-	asked atomic.Int32
+	s    *apiServer
+	busy atomic.Bool
+	mu   sync.Mutex
+	asks []ask
+}
+
+type ask struct {
+	probes int32
+	busy   bool
 }
 
 func (b *busyFlag) Busy() bool {
-	b.asked.Add(1)
-	return b.busy.Load()
+	busy := b.busy.Load()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.asks = append(b.asks, ask{b.s.probes.Load(), busy})
+	return busy
+}
+
+// between counts, for each gap between two probes the server answered
+// (from probe k to probe k+1, k < last), the questions asked in it, of
+// gaps whose questions were all answered busy (or all not busy).
+func (b *busyFlag) between(busy bool, last int32) (counts []int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	byGap := map[int32][]bool{}
+	for _, a := range b.asks {
+		byGap[a.probes] = append(byGap[a.probes], a.busy)
+	}
+	for k := int32(1); k < last; k++ {
+		said := byGap[k]
+		if len(said) > 0 && !slices.ContainsFunc(said, func(v bool) bool { return v != busy }) {
+			counts = append(counts, len(said))
+		}
+	}
+	return counts
 }
 
 // waitProbes waits until the server has answered n more probes than now.
@@ -38,7 +70,7 @@ func waitProbes(t *testing.T, s *apiServer, n int32, within time.Duration, what 
 func TestBusyLeavesOutProbesOfAnAnsweringMember(t *testing.T) {
 	noLeaks(t)
 	s := newAPIServer(t, 0)
-	var b busyFlag
+	b := busyFlag{s: s}
 	b.busy.Store(true)
 	const interval, leftOut = 20 * time.Millisecond, 3
 	m, err := New(s.config(t), Options{Interval: interval, OutageInterval: interval, Timeout: time.Second, Busy: b.Busy, MaxLeftOut: leftOut}, newEvents())
@@ -47,14 +79,9 @@ func TestBusyLeavesOutProbesOfAnAnsweringMember(t *testing.T) {
 	}
 	run(t, m)
 
-	// Busy: each probe that runs follows leftOut left out, each of which
+	// Busy: between two probes, leftOut were left out, each of which
 	// asked Busy; the probe itself does not ask.
-	waitProbes(t, s, 1, 10*time.Second, "busy")
-	asked, probed := b.asked.Load(), s.probes.Load()
-	waitProbes(t, s, 3, 10*time.Second, "busy")
-	if a, p := b.asked.Load()-asked, s.probes.Load()-probed; a != leftOut*p {
-		t.Errorf("busy: %d probes ran and %d were left out, want %d left out (%d before each)", p, a, leftOut*p, leftOut)
-	}
+	waitProbes(t, s, 4, 10*time.Second, "busy")
 	// Probes run no closer than leftOut+1 intervals apart.
 	begin := time.Now()
 	waitProbes(t, s, 2, 10*time.Second, "busy")
@@ -64,11 +91,23 @@ func TestBusyLeavesOutProbesOfAnAnsweringMember(t *testing.T) {
 
 	// Not busy: every round probes, and asks Busy once.
 	b.busy.Store(false)
-	waitProbes(t, s, 2, 10*time.Second, "no longer busy")
-	asked, probed = b.asked.Load(), s.probes.Load()
 	waitProbes(t, s, 4, 10*time.Second, "no longer busy")
-	if a, p := b.asked.Load()-asked, s.probes.Load()-probed; a != p {
-		t.Errorf("not busy: Busy asked %d times for %d probes, want once each", a, p)
+	last := s.probes.Load()
+	busy, idle := b.between(true, last), b.between(false, last)
+	if len(busy) < 3 || len(idle) < 2 {
+		t.Fatalf("%d gaps between probes while busy and %d after, want at least 3 and 2", len(busy), len(idle))
+	}
+	for _, n := range busy {
+		if n != leftOut {
+			t.Errorf("busy: %d probes left out between two that ran, want %d: %v", n, leftOut, busy)
+			break
+		}
+	}
+	for _, n := range idle {
+		if n != 1 {
+			t.Errorf("not busy: Busy asked %d times between two probes, want once: %v", n, idle)
+			break
+		}
 	}
 }
 
