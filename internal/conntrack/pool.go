@@ -104,10 +104,9 @@ type Lease struct {
 	// Config reaches the API server through the shared transport.
 	Config  *rest.Config
 	release func()
-	mapper  func(next MapperProvider) MapperProvider
-
-	mu     sync.Mutex
-	joined []*clients // of the shared mappers it uses
+	// e and ident say which shared mapper the lease uses (nil e: none).
+	e     *entry
+	ident string
 }
 
 // MapperProvider builds a REST mapper (controller-runtime's
@@ -117,12 +116,8 @@ type MapperProvider = func(*rest.Config, *http.Client) (meta.RESTMapper, error)
 // Release gives the lease back; the last release of a shared transport
 // closes its connections. Release is idempotent.
 func (l *Lease) Release() {
-	l.mu.Lock()
-	joined := l.joined
-	l.joined = nil
-	l.mu.Unlock()
-	for _, c := range joined {
-		c.leave(l)
+	if l.e != nil {
+		l.e.leave(l)
 	}
 	l.release()
 }
@@ -139,10 +134,12 @@ func (l *Lease) MapperProvider(next MapperProvider) MapperProvider {
 	if next == nil {
 		next = leanmapper.New
 	}
-	if l.mapper == nil {
+	if l.e == nil {
 		return next
 	}
-	return l.mapper(next)
+	return func(c *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
+		return l.e.mapperFor(l, next, c, hc)
+	}
 }
 
 // Acquire leases the pool's transport for cfg's API server: the lease's
@@ -178,44 +175,42 @@ func (p *Pool) Acquire(cfg *rest.Config) (*Lease, error) {
 	out.Proxy, out.Dial, out.WrapTransport = nil, nil, nil
 
 	var once sync.Once
-	l := &Lease{Config: out, release: func() { once.Do(func() { p.release(key, e) }) }}
-	l.mapper = func(next MapperProvider) MapperProvider {
-		return func(c *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
-			return e.mapperFor(l, ident, next, c, hc)
-		}
-	}
-	return l, nil
+	return &Lease{Config: out, release: func() { once.Do(func() { p.release(key, e) }) }, e: e, ident: ident}, nil
 }
 
 // mapperFor returns the mapper that l's identity shares on e, built by next
 // the first time, and has l's client (hc) carry its requests while l is
 // held and the last to join.
-func (e *entry) mapperFor(l *Lease, ident string, next MapperProvider, c *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
+func (e *entry) mapperFor(l *Lease, next MapperProvider, c *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
+	if hc == nil {
+		return nil, errors.New("conntrack: a shared mapper needs the lease's HTTP client")
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	sm, ok := e.mappers[ident]
+	sm, ok := e.mappers[l.ident]
 	if !ok {
 		sm = &sharedMapper{}
-		e.mappers[ident] = sm
+		e.mappers[l.ident] = sm
 	}
-	if hc != nil {
-		sm.join(l, hc.Transport)
-		l.mu.Lock()
-		l.joined = append(l.joined, &sm.clients)
-		l.mu.Unlock()
-	}
+	sm.join(l, hc.Transport)
 	if sm.mapper != nil {
 		return sm.mapper, nil
 	}
-	var shared *http.Client
-	if hc != nil {
-		shared = &http.Client{Transport: &sm.clients, Timeout: hc.Timeout, Jar: hc.Jar}
-	}
-	m, err := next(c, shared)
+	m, err := next(c, &http.Client{Transport: &sm.clients, Timeout: hc.Timeout, Jar: hc.Jar})
 	if err == nil {
 		sm.mapper = m
 	}
 	return m, err
+}
+
+// leave takes l's client out of the shared mapper of its identity.
+func (e *entry) leave(l *Lease) {
+	e.mu.Lock()
+	sm := e.mappers[l.ident]
+	e.mu.Unlock()
+	if sm != nil {
+		sm.leave(l)
+	}
 }
 
 // ref takes a reference to the entry for key, building it for cfg when

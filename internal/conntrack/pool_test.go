@@ -143,12 +143,15 @@ func TestPoolSharesMappersPerIdentity(t *testing.T) {
 		})
 	}
 	for _, l := range []*Lease{a, b, c} {
-		if _, err := provider(l)(l.Config, nil); err != nil {
+		if _, err := provider(l)(l.Config, &http.Client{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if built != 2 {
 		t.Errorf("built %d mappers for two identities, want 2", built)
+	}
+	if _, err := provider(a)(a.Config, nil); err == nil {
+		t.Error("a shared mapper without the lease's HTTP client, which would carry its requests: no error")
 	}
 }
 
@@ -278,11 +281,14 @@ func TestPoolBuildsOutsideItsLock(t *testing.T) {
 	building, unblock, built := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(built)
-		_, _ = l.MapperProvider(func(*rest.Config, *http.Client) (meta.RESTMapper, error) {
+		if _, err := l.MapperProvider(func(*rest.Config, *http.Client) (meta.RESTMapper, error) {
 			close(building)
 			<-unblock
 			return meta.NewDefaultRESTMapper(nil), nil
-		})(l.Config, nil)
+		})(l.Config, &http.Client{}); err != nil {
+			t.Error(err)
+			close(building)
+		}
 	}()
 	<-building
 	defer func() { close(unblock); <-built }()
