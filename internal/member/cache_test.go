@@ -198,8 +198,8 @@ func TestSyncedReadAllocs(t *testing.T) {
 			}
 		}
 	}
-	want := testing.AllocsPerRun(200, get(plain))
-	if got := testing.AllocsPerRun(200, get(wrapped)); got > want {
+	want := fewestAllocs(get(plain))
+	if got := fewestAllocs(get(wrapped)); got > want {
 		t.Errorf("a synced Get allocates %v times, the plain cache %v", got, want)
 	}
 	list := &corev1.ConfigMapList{}
@@ -221,16 +221,24 @@ func TestSyncedReadAllocs(t *testing.T) {
 		}
 	}
 	getMissing(wrapped)()
-	want = testing.AllocsPerRun(200, getMissing(plain))
-	if got := testing.AllocsPerRun(200, getMissing(wrapped)); got > want {
+	want = fewestAllocs(getMissing(plain))
+	if got := fewestAllocs(getMissing(wrapped)); got > want {
 		t.Errorf("a synced Get that finds nothing allocates %v times, the plain cache %v", got, want)
 	}
 	listFrom(wrapped)() // marks the list type synced
-	want = testing.AllocsPerRun(200, listFrom(plain))
-	if got := testing.AllocsPerRun(200, listFrom(wrapped)); got > want {
+	want = fewestAllocs(listFrom(plain))
+	if got := fewestAllocs(listFrom(wrapped)); got > want {
 		t.Errorf("a synced List allocates %v times, the plain cache %v", got, want)
 	}
 	if err := r.stop(t); err != nil {
 		t.Errorf("Start = %v", err)
 	}
+}
+
+// fewestAllocs is the fewest allocations per call of fn over three rounds
+// of testing.AllocsPerRun: it counts the whole process's allocations, and
+// the member's own goroutines (informers, the fake API server) allocate
+// now and then meanwhile; they can only add to a round's count.
+func fewestAllocs(fn func()) float64 {
+	return min(testing.AllocsPerRun(200, fn), testing.AllocsPerRun(200, fn), testing.AllocsPerRun(200, fn))
 }
