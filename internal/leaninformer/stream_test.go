@@ -350,6 +350,34 @@ func TestStreamCutMidFrame(t *testing.T) {
 	}
 }
 
+// TestStreamEndsWithItsList: a watch-list whose stream ends right after
+// the initial events, before the pump has taken the watch over from the
+// list, ends there as any watch does: the informer syncs, and the watch is
+// opened again (a list through it, since it ended within a second without
+// an event), whose events reach the store.
+func TestStreamEndsWithItsList(t *testing.T) {
+	for _, asJSON := range []bool{false, true} {
+		t.Run(map[bool]string{false: "protobuf", true: "json"}[asJSON], func(t *testing.T) {
+			srv := newStreamServer(t, asJSON, func(sw *streamWriter, n int, _ url.Values) {
+				switch n {
+				case 1:
+					sw.initial("3", cm("a", "1", nil)) // and the stream ends
+				default:
+					sw.initial("4", cm("a", "4", nil))
+					sw.hold()
+				}
+			})
+			lw, _ := srv.client(t, false)
+			inf, rec, _, _ := streamInformer(t, lw)
+			waitFor(t, 5*time.Second, "the informer to sync", inf.HasSynced)
+			waitFor(t, 10*time.Second, "the second watch's events", func() bool {
+				return rec.matches(map[string]string{testNS + "/a": "4"})
+			})
+			rec.noProblems(t)
+		})
+	}
+}
+
 // TestStreamErrorEvents: an error event (410 Expired, a 500) ends the
 // watch as client-go's reflector ends it: a new list follows (here the
 // streamed list of a watch-list), which replaces the store.
