@@ -9,8 +9,8 @@ import (
 // followedWatch is a watch as its pump follows it: it hands its events
 // over one at a time, through a function the pump gives it, and reads the
 // next only once asked. A watch therefore has at most one event waiting
-// in its pump's inbox, and the pump's work for it does not grow with the
-// number of watches it follows.
+// in its pump's inbox (and, after an error event, its end), and the pump's
+// work for it does not grow with the number of watches it follows.
 type followedWatch interface {
 	watch.Interface
 	// follow makes the watch hand its events to deliver from now on (ended

@@ -132,7 +132,9 @@ func (st *runState) stopRequested() {
 	st.stopResync()
 	if st.phase == phaseBackoff {
 		st.phase = phaseConnecting // no more attempts
-		st.pump.armBackoff()
+		if st.retryAt.Equal(st.pump.backoffAt) {
+			st.pump.armBackoff() // it was the earliest
+		}
 	}
 	st.i.halt()
 	if !st.connecting {

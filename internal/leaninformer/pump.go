@@ -12,9 +12,11 @@ import (
 
 // pumpCapacity is how many informers a pump serves before another pump
 // starts, while there are fewer pumps than Ps (GOMAXPROCS): more would run
-// no more at once. A pump's work per event, timer or message is the same
-// whatever number of informers it serves: everything reaches it through
-// its inbox, in the order it came.
+// no more at once. A pump's work per event, start, stop or resync is the
+// same whatever number of informers it serves: everything reaches it
+// through its inbox, in the order it came. Only backoffs look at all of its
+// informers: each time the backoff timer fires, for those whose retry is
+// due and the next retry.
 const pumpCapacity = 64
 
 // pumpMost is how many informers a pump serves at most: what reaches its
@@ -240,7 +242,9 @@ func (p *pump) retryLater(st *runState, relist bool) {
 		st.stopResync() // as client-go's reflector: checks start anew after the list
 	}
 	st.retryAt = time.Now().Add(st.nextDelay())
-	p.armBackoff()
+	if p.backoffAt.IsZero() || st.retryAt.Before(p.backoffAt) {
+		p.setBackoff(st.retryAt)
+	}
 }
 
 // armBackoff sets the backoff timer to the earliest retry.
@@ -251,9 +255,13 @@ func (p *pump) armBackoff() {
 			next = st.retryAt
 		}
 	}
-	if next.Equal(p.backoffAt) {
-		return
+	if !next.Equal(p.backoffAt) {
+		p.setBackoff(next)
 	}
+}
+
+// setBackoff sets the backoff timer to fire at next (never, if zero).
+func (p *pump) setBackoff(next time.Time) {
 	p.backoffAt = next
 	p.backoffSeq++
 	if p.backoff != nil {
