@@ -12,7 +12,25 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/mccr-dev/mccr/internal/conntrack"
 )
+
+// adminClientset returns a clientset for cfg whose connections close, call
+// done, when the caller is finished. A clientset built from a config the
+// usual way shares client-go's process-wide transport cache, which keeps
+// connections open after the call returns, and opens a new one whenever its
+// entry was garbage-collected in between: a test checking that nothing
+// else is left open (goleak) would find the helper's connection.
+func adminClientset(cfg *rest.Config) (cs *kubernetes.Clientset, done func(), err error) {
+	tracked, conns := conntrack.Wrap(cfg)
+	cs, err = kubernetes.NewForConfig(tracked)
+	if err != nil {
+		conns.Close()
+		return nil, nil, err
+	}
+	return cs, conns.Close, nil
+}
 
 // ServiceAccountToken returns a bearer token for the ServiceAccount name in
 // namespace, creating on the way whatever is missing: the namespace, the
@@ -25,12 +43,13 @@ import (
 // tokens; it is what KubeFed's join stores in a member's Secret. Each call
 // mints a new token, so calling it again rotates the credential; earlier
 // tokens keep working until they expire (an hour, the API server's default)
-// or DeleteServiceAccount revokes them all.
+// or DeleteServiceAccount revokes them all. It leaves no connection open.
 func ServiceAccountToken(ctx context.Context, cfg *rest.Config, namespace, name string) (string, error) {
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, done, err := adminClientset(cfg)
 	if err != nil {
 		return "", fmt.Errorf("test: token for %s/%s: %w", namespace, name, err)
 	}
+	defer done()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", fmt.Errorf("test: creating namespace %s: %w", namespace, err)
@@ -61,11 +80,13 @@ func ServiceAccountToken(ctx context.Context, cfg *rest.Config, namespace, name 
 // ClusterRoleBinding ServiceAccountToken made for it. This revokes every
 // token minted for it: the API server accepts a service account token only
 // while the account it names exists. Whatever is already gone is no error.
+// It leaves no connection open.
 func DeleteServiceAccount(ctx context.Context, cfg *rest.Config, namespace, name string) error {
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, done, err := adminClientset(cfg)
 	if err != nil {
 		return fmt.Errorf("test: deleting ServiceAccount %s/%s: %w", namespace, name, err)
 	}
+	defer done()
 	var errs []error
 	if err := cs.RbacV1().ClusterRoleBindings().Delete(ctx, AdminBindingName(namespace, name), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("test: deleting ClusterRoleBinding for %s/%s: %w", namespace, name, err))
