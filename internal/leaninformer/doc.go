@@ -5,12 +5,17 @@
 // client-go's informer passes each event through a FIFO, a shared processor
 // and a buffer per handler, each with goroutines of its own: seven per
 // informer with one handler, and a 1,024-slot buffer per handler; its
-// reflector adds a resync goroutine to every watch. Here a pump, one
-// goroutine shared by up to 64 informers of the process, receives from the
-// informers' watches (reflect.Select over their result channels), writes
-// each change to the informer's indexer and appends the event to a queue
-// per handler; it also runs their resync checks (a timer each) and their
-// backoffs. Lists and the opening of watches are requests that may take a
+// reflector adds a resync goroutine to every watch. Here a pump, a
+// goroutine shared by many informers of the process (one per 64 informers
+// up to one per P, then up to 1,024 informers each), takes the events of
+// the informers' watches, writes each change to the informer's indexer and
+// appends the event to a queue per handler; it also runs their resync
+// checks (a timer each) and their backoffs. All of it reaches the pump as
+// messages in its inbox: a watch hands over one event at a time and reads
+// the next only once the pump has taken it, and timers post when they
+// fire, so the pump's work per event is the same whatever the number of
+// informers it serves. A watch left to client-go (see take.go) costs one
+// more goroutine, which waits for its next event. Lists and the opening of watches are requests that may take a
 // while: each runs in a goroutine of its own that hands the outcome back.
 // What a watching informer costs is its watch: the HTTP/2 stream's
 // goroutine and the reader of the stream. A Runner's informer reads its
@@ -52,8 +57,8 @@
 // map function that lists, say) holds up neither the watch, nor the
 // store, nor the informer's other handlers, nor the other informers of its
 // pump, as with client-go. No handler code runs in a pump, and a pump
-// takes at most a few dozen events of one watch in a row before it looks
-// at its other informers again.
+// takes one event of a watch at a time, in the order the watches handed
+// them over, so a burst on one watch holds up no other.
 //
 // What a handler sees is what client-go's informer gives it, in the same
 // order: the initial list as adds marked isInInitialList; a handler added

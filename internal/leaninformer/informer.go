@@ -54,7 +54,7 @@ func New(lw toolscache.ListerWatcher, exampleObject runtime.Object, resync time.
 	return newInformer(lw, exampleObject, resync, indexers, clock.RealClock{})
 }
 
-func newInformer(lw toolscache.ListerWatcher, example runtime.Object, resync time.Duration, indexers toolscache.Indexers, clk clock.Clock) *Informer {
+func newInformer(lw toolscache.ListerWatcher, example runtime.Object, resync time.Duration, indexers toolscache.Indexers, clk clock.WithDelayedExecution) *Informer {
 	i := &Informer{
 		givenLW:       lw,
 		lw:            toolscache.ToListerWatcherWithContext(lw),
@@ -91,7 +91,7 @@ type Informer struct {
 	streams       bool // lists are streamed through the watch (watchlist.go)
 	indexer       toolscache.Indexer
 	defaultResync time.Duration
-	clock         clock.Clock
+	clock         clock.WithDelayedExecution
 	pool          *pool         // where its pump comes from
 	runner        *Runner       // set for an informer that runs detached
 	family        *family       // how its watch streams are read here; nil: by client-go (take.go)

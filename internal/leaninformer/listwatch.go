@@ -33,7 +33,7 @@ type phase uint8
 
 const (
 	phaseConnecting phase = iota // a goroutine lists (if asked) and opens a watch
-	phaseWatching                // the pump receives from the watch
+	phaseWatching                // the pump follows the watch
 	phaseBackoff                 // waiting for the next attempt
 )
 
@@ -59,13 +59,17 @@ type runState struct {
 	relist     bool // the attempt after the backoff lists first
 	retryAt    time.Time
 
-	w           watch.Interface
+	w           followedWatch
 	watchStart  time.Time
 	events      int
 	propagateRV bool // the watch started from a version of the list's
 	sawNonAdd   bool // it is past any synthetic adds of its start
 
-	resync clock.Timer // the next resync check, while the informer is past its list
+	// resync fires the next resync check, while the informer is past its
+	// list; resyncSeq counts the timers, so that one stopped or replaced
+	// after it fired is ignored.
+	resync    clock.Timer
+	resyncSeq uint64
 
 	list listState
 
@@ -128,7 +132,9 @@ func (st *runState) stopRequested() {
 	st.stopResync()
 	if st.phase == phaseBackoff {
 		st.phase = phaseConnecting // no more attempts
-		st.pump.armBackoff()
+		if st.retryAt.Equal(st.pump.backoffAt) {
+			st.pump.armBackoff() // it was the earliest
+		}
 	}
 	st.i.halt()
 	if !st.connecting {
@@ -140,7 +146,6 @@ func (st *runState) stopWatch() {
 	if st.w != nil {
 		st.w.Stop()
 		st.w = nil
-		st.pump.dirty = true
 	}
 }
 
@@ -148,8 +153,18 @@ func (st *runState) stopResync() {
 	if st.resync != nil {
 		st.resync.Stop()
 		st.resync = nil
-		st.pump.dirty = true
+		st.resyncSeq++
 	}
+}
+
+// startResync arms the resync timer, which posts to the pump when it
+// fires.
+func (st *runState) startResync() {
+	st.stopResync()
+	p, i, seq := st.pump, st.i, st.resyncSeq
+	st.resync = i.clock.AfterFunc(i.resyncCheck, func() {
+		p.post(message{kind: msgResync, informer: i, seq: seq})
+	})
 }
 
 // connect starts a goroutine that lists (relist) and opens a watch from
@@ -191,21 +206,23 @@ func (st *runState) connected(res connectResult) {
 		return
 	}
 	if res.listed && st.i.resyncCheck > 0 {
-		st.stopResync()
-		st.resync = st.i.clock.NewTimer(st.i.resyncCheck)
-		st.pump.dirty = true
+		st.startResync()
 	}
 	if res.err != nil {
 		st.pump.retryLater(st, res.relist)
 		return
 	}
 	st.phase = phaseWatching
-	st.w = res.w
+	w := followable(res.w)
+	st.w = w
 	st.watchStart = res.start
 	st.events = 0
 	st.propagateRV = res.rv != "" && res.rv != "0"
 	st.sawNonAdd = false
-	st.pump.dirty = true
+	p, i := st.pump, st.i
+	w.follow(func(e watch.Event, ended bool) {
+		p.post(message{kind: msgEvent, informer: i, watch: w, event: e, ended: ended})
+	})
 }
 
 // dial lists (relist) and opens a watch, in a connect goroutine. It calls
@@ -394,23 +411,6 @@ func (st *runState) handle(e watch.Event) {
 	st.events++
 }
 
-// drain handles what else w has ready, up to a batch, before the pump
-// looks at its other informers again.
-func (st *runState) drain(w watch.Interface) {
-	for n := 1; n < eventBatch && st.w == w; n++ {
-		select {
-		case e, ok := <-w.ResultChan():
-			if !ok {
-				st.watchEnded(nil)
-				return
-			}
-			st.handle(e)
-		default:
-			return
-		}
-	}
-}
-
 // watchEnded follows a watch's end as client-go's reflector does: one that
 // ended on its own (its timeout, a dropped connection) is opened again at
 // once from the last resource version; one that ended with an error, or
@@ -448,5 +448,7 @@ func (st *runState) resyncDue() {
 	if st.i.shouldResync() {
 		st.i.resync()
 	}
-	st.resync.Reset(st.i.resyncCheck)
+	// A timer of its own for the next check: a fake clock's AfterFunc
+	// timer, once reset after it fired, blocks the clock's next step.
+	st.startResync()
 }

@@ -1,7 +1,7 @@
 package leaninformer
 
 import (
-	"reflect"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -10,33 +10,42 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 )
 
-// pumpCapacity is how many informers one pump serves. A pump wakes for
-// every event of any of its informers and hands reflect.Select up to two
-// cases per informer (its watch and its resync timer), so each wake costs
-// time in proportion to the informers it serves (reflect.Select locks
-// every channel it is handed), and a burst on one delays the others by
-// up to a batch each: 64 keeps that small while a fleet of single-kind
-// members pays a sixty-fourth of a goroutine each.
+// pumpCapacity is how many informers a pump serves before another pump
+// starts, while there are fewer pumps than Ps (GOMAXPROCS): more would run
+// no more at once. A pump's work per event, start, stop or resync is the
+// same whatever number of informers it serves: everything reaches it
+// through its inbox, in the order it came. Only backoffs look at all of its
+// informers: each time the backoff timer fires, for those whose retry is
+// due and the next retry.
 const pumpCapacity = 64
 
-// eventBatch is how many events of one watch a pump takes in a row when
-// they are ready, before it looks at its other informers again.
-const eventBatch = 32
+// pumpMost is how many informers a pump serves at most: what reaches its
+// inbox at once (a start, a stop) waits behind what its other informers
+// posted before, and with a thousand at most that stays well under a
+// millisecond.
+const pumpMost = 1024
 
-// pumps are the pumps running in the process, each with room for
-// pumpCapacity informers.
-var pumps = &pool{capacity: pumpCapacity}
+// pumps are the pumps running in the process: one per pumpCapacity
+// informers up to one per P; beyond that, a new informer goes to the pump
+// with the fewest, up to pumpMost each, and then to a new pump again.
+var pumps = &pool{capacity: pumpCapacity, perP: true, most: pumpMost}
 
 // pool is a set of pumps (tests make pools of their own).
 type pool struct {
 	capacity int
+	// perP bounds the pumps to one per P while none has most informers;
+	// tests leave it out, so that a pool's pumps are as many as its
+	// capacity asks for.
+	perP bool
+	most int
 
 	mu    sync.Mutex
 	pumps []*pump
 }
 
-// assign hands a started informer to a pump of its pool with room,
-// starting one if none has any.
+// assign hands a started informer to a pump of its pool: the first with
+// fewer than capacity, or else, once there is a pump per P, the one with
+// the fewest if it has fewer than most, or else a new one.
 func assign(i *Informer) {
 	pl := i.pool
 	pl.mu.Lock()
@@ -47,8 +56,13 @@ func assign(i *Informer) {
 			break
 		}
 	}
+	if p == nil && pl.perP && len(pl.pumps) >= runtime.GOMAXPROCS(0) {
+		if q := slices.MinFunc(pl.pumps, func(a, b *pump) int { return a.assigned - b.assigned }); q.assigned < pl.most {
+			p = q
+		}
+	}
 	if p == nil {
-		p = &pump{pool: pl, wake: make(chan struct{}, 1), informers: map[*Informer]struct{}{}, dirty: true}
+		p = &pump{pool: pl, wake: make(chan struct{}, 1), informers: map[*Informer]struct{}{}}
 		pl.pumps = append(pl.pumps, p)
 		go p.loop()
 	}
@@ -73,19 +87,25 @@ func (p *pump) retire() bool {
 // release forgets i: another informer may take its place.
 func (p *pump) release(i *Informer) {
 	delete(p.informers, i)
-	p.dirty = true
 	p.pool.mu.Lock()
 	p.assigned--
 	p.pool.mu.Unlock()
 	close(i.released)
 }
 
-// pump is a goroutine that watches for many informers: it receives from
-// their watches, stores what they report and queues it for their handlers,
-// and runs their resync checks and backoffs. Lists and the opening of
-// watches are requests that may take a while: they run in goroutines of
-// their own, which hand the outcome back (connect). No handler code runs
-// in a pump: handlers are called from their own delivery goroutines.
+// pump is a goroutine that watches for many informers: it takes their
+// watches' events, stores what they report and queues it for their
+// handlers, and runs their resync checks and backoffs. All of it reaches
+// the pump as messages in its inbox: a watch hands over one event and
+// reads the next only once the pump has taken it (follow), and the timers
+// post when they fire. Lists and the opening of watches are requests that
+// may take a while: they run in goroutines of their own, which hand the
+// outcome back (connect). No handler code runs in a pump: handlers are
+// called from their own delivery goroutines.
+//
+// Since a watch has at most one event in the inbox at a time, a burst on
+// one informer's watch holds up another's next event by at most one event
+// of each watch.
 //
 // A pump ends once it has no informer left.
 type pump struct {
@@ -99,12 +119,11 @@ type pump struct {
 	wake  chan struct{} // signalled when inbox gets a message
 
 	// The pump's own.
-	informers map[*Informer]struct{}
-	backoff   *time.Timer // fires at the earliest retry of an informer
-	backoffAt time.Time
-	cases     []reflect.SelectCase
-	owners    []caseOwner
-	dirty     bool // cases must be rebuilt
+	informers  map[*Informer]struct{}
+	spare      []message   // the inbox before last, for the next to reuse
+	backoff    *time.Timer // fires at the earliest retry of an informer
+	backoffAt  time.Time
+	backoffSeq uint64 // counts backoff timers, so that one replaced is ignored
 }
 
 type msgKind uint8
@@ -113,12 +132,23 @@ const (
 	msgStart     msgKind = iota // an informer starts
 	msgStop                     // an informer's context has ended
 	msgConnected                // a list and the opening of a watch are done
+	msgEvent                    // a watch's next event, or its end
+	msgResync                   // an informer's resync timer fired
+	msgBackoff                  // the backoff timer fired
 )
 
 type message struct {
 	kind     msgKind
 	informer *Informer
 	result   connectResult
+	// A watch's event (msgEvent): the watch it came from, and the event,
+	// or ended when the watch has ended.
+	watch followedWatch
+	event watch.Event
+	ended bool
+	// seq tells the timer of a msgResync or msgBackoff from one that
+	// replaced it.
+	seq uint64
 }
 
 // post hands m to the pump; it never waits.
@@ -132,20 +162,6 @@ func (p *pump) post(m message) {
 	}
 }
 
-type caseKind uint8
-
-const (
-	caseWake caseKind = iota
-	caseBackoff
-	caseWatch
-	caseResync
-)
-
-type caseOwner struct {
-	kind     caseKind
-	informer *Informer
-}
-
 func (p *pump) loop() {
 	defer utilruntime.HandleCrash()
 	for {
@@ -156,28 +172,7 @@ func (p *pump) loop() {
 			}
 			return
 		}
-		if p.dirty {
-			p.rebuild()
-		}
-		chosen, value, ok := reflect.Select(p.cases)
-		owner := p.owners[chosen]
-		switch owner.kind {
-		case caseWake:
-		case caseBackoff:
-			p.backoffAt = time.Time{}
-			p.retryDue()
-		case caseWatch:
-			st := owner.informer.run
-			w := st.w
-			if !ok {
-				st.watchEnded(nil)
-				break
-			}
-			st.handle(value.Interface().(watch.Event))
-			st.drain(w)
-		case caseResync:
-			owner.informer.run.resyncDue()
-		}
+		<-p.wake
 	}
 }
 
@@ -185,50 +180,57 @@ func (p *pump) loop() {
 func (p *pump) handleInbox() {
 	p.mu.Lock()
 	msgs := p.inbox
-	p.inbox = nil
+	p.inbox = p.spare
 	p.mu.Unlock()
 	for _, m := range msgs {
-		st := m.informer.run
-		switch m.kind {
-		case msgStart:
-			p.informers[m.informer] = struct{}{}
-			st.start()
-		case msgStop:
-			// A stop posted before the start, or after the informer was
-			// let go, finds it absent: its start sees the stop.
-			if _, ok := p.informers[m.informer]; ok {
-				st.stopRequested()
-			}
-		case msgConnected:
-			st.connected(m.result)
+		p.handle(m)
+	}
+	clear(msgs) // let go of the events and informers they hold
+	p.spare = msgs[:0]
+}
+
+func (p *pump) handle(m message) {
+	switch m.kind {
+	case msgBackoff:
+		if m.seq == p.backoffSeq {
+			p.backoffAt = time.Time{}
+			p.retryDue()
+		}
+	case msgStart:
+		p.informers[m.informer] = struct{}{}
+		m.informer.run.start()
+	case msgStop:
+		// A stop posted before the start, or after the informer was let
+		// go, finds it absent: its start sees the stop.
+		if _, ok := p.informers[m.informer]; ok {
+			m.informer.run.stopRequested()
+		}
+	case msgConnected:
+		m.informer.run.connected(m.result)
+	case msgEvent:
+		p.event(m)
+	case msgResync:
+		if st := m.informer.run; st.resync != nil && m.seq == st.resyncSeq {
+			st.resyncDue()
 		}
 	}
 }
 
-// rebuild lays out the select cases: the inbox, the backoff timer, then
-// each informer's watch and resync timer, if it has them.
-func (p *pump) rebuild() {
-	p.dirty = false
-	p.cases = p.cases[:0]
-	p.owners = p.owners[:0]
-	add := func(ch any, owner caseOwner) {
-		p.cases = append(p.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
-		p.owners = append(p.owners, owner)
+// event takes a watch's event, or its end, and asks for the next event.
+// An event of a watch stopped since (or of an informer let go) is dropped:
+// the watch reads no more.
+func (p *pump) event(m message) {
+	st := m.informer.run
+	if st.w != m.watch {
+		return
 	}
-	add(p.wake, caseOwner{kind: caseWake})
-	var backoff <-chan time.Time
-	if p.backoff != nil && !p.backoffAt.IsZero() {
-		backoff = p.backoff.C
+	if m.ended {
+		st.watchEnded(nil)
+		return
 	}
-	add(backoff, caseOwner{kind: caseBackoff})
-	for i := range p.informers {
-		st := i.run
-		if st.w != nil {
-			add(st.w.ResultChan(), caseOwner{kind: caseWatch, informer: i})
-		}
-		if st.resync != nil {
-			add(st.resync.C(), caseOwner{kind: caseResync, informer: i})
-		}
+	st.handle(m.event)
+	if st.w == m.watch { // the event did not end the watch
+		m.watch.next()
 	}
 }
 
@@ -240,7 +242,9 @@ func (p *pump) retryLater(st *runState, relist bool) {
 		st.stopResync() // as client-go's reflector: checks start anew after the list
 	}
 	st.retryAt = time.Now().Add(st.nextDelay())
-	p.armBackoff()
+	if p.backoffAt.IsZero() || st.retryAt.Before(p.backoffAt) {
+		p.setBackoff(st.retryAt)
+	}
 }
 
 // armBackoff sets the backoff timer to the earliest retry.
@@ -251,22 +255,24 @@ func (p *pump) armBackoff() {
 			next = st.retryAt
 		}
 	}
-	if next.Equal(p.backoffAt) {
-		return
+	if !next.Equal(p.backoffAt) {
+		p.setBackoff(next)
 	}
-	p.dirty = true
+}
+
+// setBackoff sets the backoff timer to fire at next (never, if zero).
+func (p *pump) setBackoff(next time.Time) {
 	p.backoffAt = next
+	p.backoffSeq++
+	if p.backoff != nil {
+		p.backoff.Stop()
+		p.backoff = nil
+	}
 	if next.IsZero() {
-		if p.backoff != nil {
-			p.backoff.Stop()
-		}
 		return
 	}
-	if p.backoff == nil {
-		p.backoff = time.NewTimer(time.Until(next))
-	} else {
-		p.backoff.Reset(time.Until(next))
-	}
+	seq := p.backoffSeq
+	p.backoff = time.AfterFunc(time.Until(next), func() { p.post(message{kind: msgBackoff, seq: seq}) })
 }
 
 // retryDue starts the attempts whose backoff has passed.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -530,6 +531,65 @@ func TestPumpChurn(t *testing.T) {
 	for _, stop := range blockingStops {
 		stop()
 	}
+	waitFor(t, 5*time.Second, "every pump to end", func() bool {
+		pl.mu.Lock()
+		defer pl.mu.Unlock()
+		return len(pl.pumps) == 0
+	})
+	goleak.VerifyNone(t, ignore)
+}
+
+// TestPumpsOnePerP: a pool bounded to a pump per P starts one per
+// capacity informers up to that bound, then hands each further informer to
+// the pump with the fewest, and starts another pump only once every pump
+// has most; every informer follows its server, and once they have stopped
+// no pump is left.
+func TestPumpsOnePerP(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	const capacity, most = 2, 4
+	procs := goruntime.GOMAXPROCS(0)
+	pl := &pool{capacity: capacity, perP: true, most: most}
+	r := NewRunner(context.Background())
+	type member struct {
+		srv *fakeServer
+		rec *recorder
+	}
+	var members []member
+	start := func(n int) {
+		for range n {
+			m := member{srv: newFakeServer("a"), rec: newRecorder("i" + strconv.Itoa(len(members)))}
+			inf := detachedOn(r, pl, m.srv)
+			m.rec.register(t, inf, nil)
+			inf.RunWithContext(context.Background())
+			members = append(members, m)
+		}
+	}
+	perPump := func() []int {
+		pl.mu.Lock()
+		defer pl.mu.Unlock()
+		out := make([]int, 0, len(pl.pumps))
+		for _, p := range pl.pumps {
+			out = append(out, p.assigned)
+		}
+		return out
+	}
+	start(procs*most - 1)
+	if got := perPump(); len(got) != procs || slices.Max(got)-slices.Min(got) > 1 {
+		t.Errorf("informers per pump %v for %d informers on %d Ps, want %d pumps, evenly", got, len(members), procs, procs)
+	}
+	start(2)
+	if got := perPump(); len(got) != procs+1 || slices.Max(got) > most {
+		t.Errorf("informers per pump %v for %d informers on %d Ps, want %d pumps, none with more than %d", got, len(members), procs, procs+1, most)
+	}
+	for _, m := range members {
+		m.srv.set("a", "changed", true)
+	}
+	for _, m := range members {
+		want := m.srv.snapshot()
+		waitFor(t, 10*time.Second, m.rec.name+" to follow its server", func() bool { return m.rec.matches(want) })
+		m.rec.noProblems(t)
+	}
+	r.Stop()
 	waitFor(t, 5*time.Second, "every pump to end", func() bool {
 		pl.mu.Lock()
 		defer pl.mu.Unlock()

@@ -35,7 +35,9 @@ const maxFrame = 16 << 20
 // the same way: an unbuffered result channel, closed when the stream ends;
 // an event that cannot be read or decoded is delivered as an error event
 // and ends the watch; an end of the stream (cleanly or not, or a timeout)
-// ends it without one.
+// ends it without one. Once a pump follows it (follow), after the initial
+// events of a streamed list have come through the channel, it hands its
+// events to the pump instead, and reads the next only when the pump asks.
 //
 // Each event is read by a goroutine of its own, which hands the event on,
 // starts the next one's and ends. A goroutine's stack grows to what its
@@ -58,6 +60,15 @@ type streamWatch struct {
 	done   chan struct{} // closed by Stop
 	stop   sync.Once
 
+	// pumped is closed once a pump follows the watch, which deliver then
+	// hands the events to (set before pumped is closed, under mu).
+	pumped  chan struct{}
+	mu      sync.Mutex
+	deliver func(watch.Event, bool)
+	// endedUnfollowed is set when the watch ended before a pump followed
+	// it, for follow to tell the pump.
+	endedUnfollowed bool
+
 	// rest holds, on a JSON stream, what the last read took past the end
 	// of its event, for the next event's reader; nil when none.
 	rest *[]byte
@@ -74,14 +85,34 @@ func newStreamWatch(ts *takenStream, gvk *schema.GroupVersionKind, logger klog.L
 		logger:  logger,
 		result:  make(chan watch.Event),
 		done:    make(chan struct{}),
+		pumped:  make(chan struct{}),
 	}
 	w.decoder = restclientwatch.NewDecoder(&w.frame, ts.objects)
 	go w.receive()
 	return w
 }
 
-// ResultChan returns the watch's events.
+// ResultChan returns the watch's events, until a pump follows it.
 func (w *streamWatch) ResultChan() <-chan watch.Event { return w.result }
+
+var _ followedWatch = (*streamWatch)(nil)
+
+// follow hands the watch's events to deliver from now on. The reader under
+// way hands its event over when it has it, and the next reader starts when
+// the pump asks (next).
+func (w *streamWatch) follow(deliver func(watch.Event, bool)) {
+	w.mu.Lock()
+	w.deliver = deliver
+	ended := w.endedUnfollowed
+	close(w.pumped)
+	w.mu.Unlock()
+	if ended {
+		deliver(watch.Event{}, true)
+	}
+}
+
+// next starts the next event's reader.
+func (w *streamWatch) next() { go w.receive() }
 
 // Stop ends the watch: its stream is closed, and nothing more is sent.
 func (w *streamWatch) Stop() {
@@ -130,13 +161,43 @@ func (w *streamWatch) event(head [4]byte, n int, err error) {
 		w.end(err)
 		return
 	}
+	switch w.hand(e) {
+	case handedToChannel:
+		go w.receive()
+	case handedToPump: // the pump asks for the next (next)
+	case stopped:
+		w.end(nil)
+	}
+}
+
+type handing uint8
+
+const (
+	handedToChannel handing = iota
+	handedToPump
+	stopped
+)
+
+// hand hands e over: to the pump that follows the watch, or through the
+// result channel until one does.
+func (w *streamWatch) hand(e watch.Event) handing {
 	select {
 	case <-w.done:
-		w.end(nil)
-		return
-	case w.result <- e:
+		return stopped
+	case <-w.pumped:
+		w.deliver(e, false)
+		return handedToPump
+	default:
 	}
-	go w.receive()
+	select {
+	case <-w.done:
+		return stopped
+	case w.result <- e:
+		return handedToChannel
+	case <-w.pumped:
+		w.deliver(e, false)
+		return handedToPump
+	}
 }
 
 // end closes the watch after err, as client-go's watch does: the end of
@@ -145,6 +206,7 @@ func (w *streamWatch) event(head [4]byte, n int, err error) {
 func (w *streamWatch) end(err error) {
 	defer close(w.result)
 	defer w.Stop()
+	defer w.handEnd()
 	switch {
 	case err == nil, err == io.EOF: //nolint:errorlint // as client-go: the reader's own EOF, not one wrapped
 	case err == io.ErrUnexpectedEOF: //nolint:errorlint // as above
@@ -152,9 +214,23 @@ func (w *streamWatch) end(err error) {
 	case utilnet.IsProbableEOF(err) || utilnet.IsTimeout(err):
 		w.logger.V(5).Info("Unable to decode an event from the watch stream", "err", err)
 	default:
-		select {
-		case <-w.done:
-		case w.result <- watch.Event{Type: watch.Error, Object: decodingReporter.AsObject(fmt.Errorf("unable to decode an event from the watch stream: %w", err))}:
+		w.hand(watch.Event{Type: watch.Error, Object: decodingReporter.AsObject(fmt.Errorf("unable to decode an event from the watch stream: %w", err))})
+	}
+}
+
+// handEnd tells the pump that follows the watch, unless it stopped the
+// watch, that the watch has ended; or, without a pump yet, the pump that
+// follows it later (follow). Until then, closing the result channel tells.
+func (w *streamWatch) handEnd() {
+	w.mu.Lock()
+	deliver := w.deliver
+	w.endedUnfollowed = deliver == nil
+	w.mu.Unlock()
+	select {
+	case <-w.done: // stopped: nobody waits for its end
+	default:
+		if deliver != nil {
+			deliver(watch.Event{}, true)
 		}
 	}
 }

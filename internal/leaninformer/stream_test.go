@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -32,6 +33,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -346,6 +348,34 @@ func TestStreamCutMidFrame(t *testing.T) {
 			if got := takes.Load(); got != 2 {
 				t.Errorf("%d streams handed over, want 2", got)
 			}
+		})
+	}
+}
+
+// TestStreamEndsWithItsList: a watch-list whose stream ends right after
+// the initial events, before the pump has taken the watch over from the
+// list, ends there as any watch does: the informer syncs, and the watch is
+// opened again (a list through it, since it ended within a second without
+// an event), whose events reach the store.
+func TestStreamEndsWithItsList(t *testing.T) {
+	for _, asJSON := range []bool{false, true} {
+		t.Run(map[bool]string{false: "protobuf", true: "json"}[asJSON], func(t *testing.T) {
+			srv := newStreamServer(t, asJSON, func(sw *streamWriter, n int, _ url.Values) {
+				switch n {
+				case 1:
+					sw.initial("3", cm("a", "1", nil)) // and the stream ends
+				default:
+					sw.initial("4", cm("a", "4", nil))
+					sw.hold()
+				}
+			})
+			lw, _ := srv.client(t, false)
+			inf, rec, _, _ := streamInformer(t, lw)
+			waitFor(t, 5*time.Second, "the informer to sync", inf.HasSynced)
+			waitFor(t, 10*time.Second, "the second watch's events", func() bool {
+				return rec.matches(map[string]string{testNS + "/a": "4"})
+			})
+			rec.noProblems(t)
 		})
 	}
 }
@@ -686,4 +716,116 @@ func memNow() memReading {
 	}
 	goruntime.ReadMemStats(&m)
 	return memReading{heap: m.HeapAlloc, stack: m.StackInuse, goroutines: goruntime.NumGoroutine()}
+}
+
+// TestStreamHandOver: a stream watch whose initial events are read through
+// its result channel hands the rest to the pump once the pump follows it,
+// whenever that comes: after the stream has ended (the pump is told it
+// ended), or while an event waits on the channel (the pump gets it, and
+// each next once it asks); a watch stopped while an event waits on the
+// channel closes the channel. None leaves a goroutine behind.
+func TestStreamHandOver(t *testing.T) {
+	sw := &streamWriter{json: true}
+	open := func(t *testing.T) (*streamWatch, *io.PipeWriter) {
+		t.Helper()
+		pr, pw := io.Pipe()
+		ts := typedFamily(scheme.Scheme).streamFor("application/json")
+		ts.body = pr
+		return newStreamWatch(ts, nil, klog.Background()), pw
+	}
+	write := func(pw *io.PipeWriter, rv string) {
+		go func() { _, _ = pw.Write(sw.frame(watch.Modified, cm("a", rv, nil))) }()
+	}
+	receive := func(t *testing.T, w *streamWatch, rv string) {
+		t.Helper()
+		select {
+		case e, ok := <-w.ResultChan():
+			if !ok || e.Object.(*corev1.ConfigMap).ResourceVersion != rv {
+				t.Fatalf("received %v (open %v), want version %s", e, ok, rv)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no event %s within 5s", rv)
+		}
+	}
+	type handed struct {
+		rv    string
+		ended bool
+	}
+	follow := func(w *streamWatch) chan handed {
+		got := make(chan handed, 4)
+		w.follow(func(e watch.Event, ended bool) {
+			h := handed{ended: ended}
+			if !ended {
+				h.rv = e.Object.(*corev1.ConfigMap).ResourceVersion
+			}
+			got <- h
+		})
+		return got
+	}
+	expect := func(t *testing.T, got chan handed, want handed) {
+		t.Helper()
+		select {
+		case h := <-got:
+			if h != want {
+				t.Fatalf("handed %+v, want %+v", h, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("nothing handed within 5s, want %+v", want)
+		}
+	}
+
+	t.Run("ended before followed", func(t *testing.T) {
+		ignore := goleak.IgnoreCurrent()
+		w, pw := open(t)
+		write(pw, "1")
+		receive(t, w, "1")
+		_ = pw.Close()
+		waitFor(t, 5*time.Second, "the watch to end", closed(w.done))
+		got := follow(w)
+		expect(t, got, handed{ended: true})
+		goleak.VerifyNone(t, ignore)
+	})
+	t.Run("followed while an event waits", func(t *testing.T) {
+		ignore := goleak.IgnoreCurrent()
+		w, pw := open(t)
+		write(pw, "1")
+		receive(t, w, "1")
+		write(pw, "2")
+		waitFor(t, 5*time.Second, "the next event to wait on the channel", func() bool {
+			return goroutinesIn("leaninformer.(*streamWatch).hand") == 1
+		})
+		got := follow(w)
+		expect(t, got, handed{rv: "2"})
+		write(pw, "3")
+		if n := goroutinesIn("leaninformer.(*streamWatch).receive"); n != 0 {
+			t.Errorf("%d readers before the pump asked for the next event, want 0", n)
+		}
+		w.next()
+		expect(t, got, handed{rv: "3"})
+		w.next()
+		_ = pw.Close()
+		expect(t, got, handed{ended: true})
+		if _, ok := <-w.ResultChan(); ok {
+			t.Error("an event on the result channel after the pump followed the watch")
+		}
+		goleak.VerifyNone(t, ignore)
+	})
+	t.Run("stopped while an event waits", func(t *testing.T) {
+		ignore := goleak.IgnoreCurrent()
+		w, pw := open(t)
+		write(pw, "1")
+		waitFor(t, 5*time.Second, "the event to wait on the channel", func() bool {
+			return goroutinesIn("leaninformer.(*streamWatch).hand") == 1
+		})
+		w.Stop()
+		select {
+		case e, ok := <-w.ResultChan():
+			if ok {
+				t.Errorf("received %v after Stop, want the channel closed", e)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the result channel still open 5s after Stop")
+		}
+		goleak.VerifyNone(t, ignore)
+	})
 }

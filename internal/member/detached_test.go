@@ -310,7 +310,7 @@ func TestGoroutinesPerKind(t *testing.T) {
 	one := stable() - before
 	// None of the goroutines is an informer's: no run, no merge of stop
 	// channels (controller-runtime's), no reflector; only its pump, which
-	// up to 64 informers of the process share.
+	// the informers of the process share.
 	// The watch's stream is read by the informer (its reader waits for
 	// the next event), not by client-go's decoder.
 	pumps := 0
