@@ -415,9 +415,16 @@ func (st *runState) handle(e watch.Event) {
 // ended on its own (its timeout, a dropped connection) is opened again at
 // once from the last resource version; one that ended with an error, or
 // without an event within a second, is followed by a list after the
-// backoff; one refused for too many requests is opened again after it.
+// backoff; one refused for too many requests is opened again after it. One
+// cut because the informer is stopping ends quietly.
 func (st *runState) watchEnded(err error) {
 	st.stopWatch()
+	if st.ctx.Err() != nil {
+		// The informer is stopping: its requests were cut for that, and
+		// its stop is on the way to the pump (Informer.Stop). Nothing
+		// failed, and nothing is to be tried again.
+		return
+	}
 	if err == nil && st.events == 0 && st.i.clock.Since(st.watchStart) < veryShortWatch {
 		err = &toolscache.VeryShortWatchError{Name: "leaninformer"}
 	}

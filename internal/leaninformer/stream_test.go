@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -828,4 +829,55 @@ func TestStreamHandOver(t *testing.T) {
 		}
 		goleak.VerifyNone(t, ignore)
 	})
+}
+
+// TestStopIsQuiet: stopping informers whose watch streams are open ends
+// those streams (their requests are cut), and says nothing about it: no
+// "watch ended with error" line, as client-go's reflector says nothing when
+// it is stopped. Twenty informers of one Runner, stopped by its context, in
+// several rounds: a stream cut before its pump has the stop used to be
+// taken for a failed watch.
+func TestStopIsQuiet(t *testing.T) {
+	for _, asJSON := range []bool{false, true} {
+		t.Run(map[bool]string{false: "protobuf", true: "json"}[asJSON], func(t *testing.T) {
+			srv := newStreamServer(t, asJSON, func(sw *streamWriter, _ int, _ url.Values) {
+				sw.initial("3", cm("a", "1", nil))
+				sw.hold()
+			})
+			lw, _ := srv.client(t, false)
+			for round := range 5 {
+				var (
+					mu    sync.Mutex
+					lines []string
+				)
+				logger := funcr.New(func(prefix, args string) {
+					mu.Lock()
+					defer mu.Unlock()
+					lines = append(lines, prefix+" "+args)
+				}, funcr.Options{})
+				ctx, cancel := context.WithCancel(context.Background())
+				r := NewRunnerWithOptions(ctx, RunnerOptions{Scheme: scheme.Scheme})
+				infs := make([]*Informer, 20)
+				for k := range infs {
+					infs[k] = r.New(lw, &corev1.ConfigMap{}, 0, toolscache.Indexers{}).(*Informer)
+					infs[k].RunWithContext(klog.NewContext(context.Background(), logger))
+				}
+				for _, inf := range infs {
+					waitFor(t, 5*time.Second, "every informer to sync", inf.HasSynced)
+				}
+				cancel()
+				for _, inf := range infs {
+					waitFor(t, 5*time.Second, "the informers to stop", inf.IsStopped)
+				}
+				r.Stop()
+				mu.Lock()
+				for _, l := range lines {
+					if strings.Contains(l, "watch ended") {
+						t.Errorf("round %d: stopping logged %s", round, l)
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
 }
