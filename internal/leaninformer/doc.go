@@ -6,8 +6,7 @@
 // and a buffer per handler, each with goroutines of its own: seven per
 // informer with one handler, and a 1,024-slot buffer per handler; its
 // reflector adds a resync goroutine to every watch. Here a pump, a
-// goroutine shared by many informers of the process (one per 64 informers
-// up to one per P, then up to 1,024 informers each), takes the events of
+// goroutine shared by up to 1,024 informers of the process, takes the events of
 // the informers' watches, writes each change to the informer's indexer and
 // appends the event to a queue per handler; it also runs their resync
 // checks (a timer each) and their backoffs. All of it reaches the pump as

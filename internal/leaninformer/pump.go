@@ -1,7 +1,6 @@
 package leaninformer
 
 import (
-	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -11,41 +10,35 @@ import (
 )
 
 // pumpCapacity is how many informers a pump serves before another pump
-// starts, while there are fewer pumps than Ps (GOMAXPROCS): more would run
-// no more at once. A pump's work per event, start, stop or resync is the
-// same whatever number of informers it serves: everything reaches it
-// through its inbox, in the order it came. Only backoffs look at all of its
-// informers: each time the backoff timer fires, for those whose retry is
-// due and the next retry.
-const pumpCapacity = 64
+// starts. A pump's work per event, start, stop or resync is the same
+// whatever number of informers it serves: everything reaches it through its
+// inbox, in the order it came, and a watch has at most one event there at a
+// time. Only backoffs look at all of its informers: each time the backoff
+// timer fires, for those whose retry is due and the next retry. What
+// reaches the inbox at once (a start, a stop) waits behind what the other
+// informers posted before, and with a thousand at most that stays well
+// under a millisecond.
+//
+// The number of pumps follows the number of informers only: a hundred
+// clusters on ten kinds run on one pump, as on one kind, whatever the
+// number of cores, so a further kind costs a cluster its watch and no
+// share of a pump. A pump's work is light next to the decoding, which the
+// readers of the watch streams do, in goroutines of their own.
+const pumpCapacity = 1024
 
-// pumpMost is how many informers a pump serves at most: what reaches its
-// inbox at once (a start, a stop) waits behind what its other informers
-// posted before, and with a thousand at most that stays well under a
-// millisecond.
-const pumpMost = 1024
-
-// pumps are the pumps running in the process: one per pumpCapacity
-// informers up to one per P; beyond that, a new informer goes to the pump
-// with the fewest, up to pumpMost each, and then to a new pump again.
-var pumps = &pool{capacity: pumpCapacity, perP: true, most: pumpMost}
+// pumps are the pumps running in the process.
+var pumps = &pool{capacity: pumpCapacity}
 
 // pool is a set of pumps (tests make pools of their own).
 type pool struct {
 	capacity int
-	// perP bounds the pumps to one per P while none has most informers;
-	// tests leave it out, so that a pool's pumps are as many as its
-	// capacity asks for.
-	perP bool
-	most int
 
 	mu    sync.Mutex
 	pumps []*pump
 }
 
-// assign hands a started informer to a pump of its pool: the first with
-// fewer than capacity, or else, once there is a pump per P, the one with
-// the fewest if it has fewer than most, or else a new one.
+// assign hands a started informer to the first pump of its pool with fewer
+// than capacity informers, or to a new one.
 func assign(i *Informer) {
 	pl := i.pool
 	pl.mu.Lock()
@@ -54,11 +47,6 @@ func assign(i *Informer) {
 		if q.assigned < pl.capacity {
 			p = q
 			break
-		}
-	}
-	if p == nil && pl.perP && len(pl.pumps) >= runtime.GOMAXPROCS(0) {
-		if q := slices.MinFunc(pl.pumps, func(a, b *pump) int { return a.assigned - b.assigned }); q.assigned < pl.most {
-			p = q
 		}
 	}
 	if p == nil {
@@ -172,7 +160,28 @@ func (p *pump) loop() {
 			}
 			return
 		}
+		p.shrink()
 		<-p.wake
+	}
+}
+
+// keptMessages is the most messages the inbox's buffers keep room for
+// while the pump waits.
+const keptMessages = 64
+
+// shrink lets go of the inbox's buffers, once the pump has nothing left to
+// do, where they grew past keptMessages: a fleet's start posts a start and
+// a list's outcome per informer, and buffers kept at that size would hold
+// some 300 bytes per informer (two buffers of 168-byte messages) for as
+// long as the pump runs, idle.
+func (p *pump) shrink() {
+	if cap(p.spare) > keptMessages {
+		p.spare = nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.inbox) == 0 && cap(p.inbox) > keptMessages {
+		p.inbox = nil
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	goruntime "runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -539,18 +538,18 @@ func TestPumpChurn(t *testing.T) {
 	goleak.VerifyNone(t, ignore)
 }
 
-// TestPumpsOnePerP: a pool bounded to a pump per P starts one per
-// capacity informers up to that bound, then hands each further informer to
-// the pump with the fewest, and starts another pump only once every pump
-// has most; every informer follows its server, and once they have stopped
-// no pump is left.
-func TestPumpsOnePerP(t *testing.T) {
+// TestPumpsFillInTurn: a pool starts a pump per capacity informers,
+// whatever the number of cores: each informer goes to the first pump with
+// room, a new pump starts only once every pump is full, and an informer
+// started after others stopped takes their place. Every informer follows
+// its server, and once they have stopped no pump is left.
+func TestPumpsFillInTurn(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
-	const capacity, most = 2, 4
-	procs := goruntime.GOMAXPROCS(0)
-	pl := &pool{capacity: capacity, perP: true, most: most}
+	const capacity = 4
+	pl := &pool{capacity: capacity}
 	r := NewRunner(context.Background())
 	type member struct {
+		inf *Informer
 		srv *fakeServer
 		rec *recorder
 	}
@@ -558,9 +557,9 @@ func TestPumpsOnePerP(t *testing.T) {
 	start := func(n int) {
 		for range n {
 			m := member{srv: newFakeServer("a"), rec: newRecorder("i" + strconv.Itoa(len(members)))}
-			inf := detachedOn(r, pl, m.srv)
-			m.rec.register(t, inf, nil)
-			inf.RunWithContext(context.Background())
+			m.inf = detachedOn(r, pl, m.srv)
+			m.rec.register(t, m.inf, nil)
+			m.inf.RunWithContext(context.Background())
 			members = append(members, m)
 		}
 	}
@@ -573,18 +572,23 @@ func TestPumpsOnePerP(t *testing.T) {
 		}
 		return out
 	}
-	start(procs*most - 1)
-	if got := perPump(); len(got) != procs || slices.Max(got)-slices.Min(got) > 1 {
-		t.Errorf("informers per pump %v for %d informers on %d Ps, want %d pumps, evenly", got, len(members), procs, procs)
+	start(2*capacity + 1)
+	if got, want := perPump(), []int{capacity, capacity, 1}; !slices.Equal(got, want) {
+		t.Errorf("informers per pump %v for %d informers, want %v", got, len(members), want)
 	}
+	// Two of the first pump's informers stop; two started after them
+	// take their places, and no pump starts.
+	members[0].inf.Stop()
+	members[1].inf.Stop()
+	waitFor(t, 5*time.Second, "the stopped informers to leave their pump", func() bool { return perPump()[0] == capacity-2 })
 	start(2)
-	if got := perPump(); len(got) != procs+1 || slices.Max(got) > most {
-		t.Errorf("informers per pump %v for %d informers on %d Ps, want %d pumps, none with more than %d", got, len(members), procs, procs+1, most)
+	if got, want := perPump(), []int{capacity, capacity, 1}; !slices.Equal(got, want) {
+		t.Errorf("informers per pump %v once two stopped and two started, want %v", got, want)
 	}
-	for _, m := range members {
+	for _, m := range members[2:] {
 		m.srv.set("a", "changed", true)
 	}
-	for _, m := range members {
+	for _, m := range members[2:] {
 		want := m.srv.snapshot()
 		waitFor(t, 10*time.Second, m.rec.name+" to follow its server", func() bool { return m.rec.matches(want) })
 		m.rec.noProblems(t)
