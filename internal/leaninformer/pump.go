@@ -3,6 +3,7 @@ package leaninformer
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -93,7 +94,7 @@ func (p *pump) release(i *Informer) {
 //
 // Since a watch has at most one event in the inbox at a time, a burst on
 // one informer's watch holds up another's next event by at most one event
-// of each watch.
+// of each watch. Stops go ahead of the inbox (see post).
 //
 // A pump ends once it has no informer left.
 type pump struct {
@@ -104,7 +105,11 @@ type pump struct {
 
 	mu    sync.Mutex
 	inbox []message
-	wake  chan struct{} // signalled when inbox gets a message
+	// stops are the informers whose stop was posted (msgStop), handled
+	// ahead of the inbox; stopping says there are some.
+	stops    []*Informer
+	stopping atomic.Bool
+	wake     chan struct{} // signalled when inbox or stops get a message
 
 	// The pump's own.
 	informers  map[*Informer]struct{}
@@ -123,6 +128,7 @@ const (
 	msgEvent                    // a watch's next event, or its end
 	msgResync                   // an informer's resync timer fired
 	msgBackoff                  // the backoff timer fired
+	msgCall                     // call is called in the pump (tests)
 )
 
 type message struct {
@@ -136,13 +142,26 @@ type message struct {
 	ended bool
 	// seq tells the timer of a msgResync or msgBackoff from one that
 	// replaced it.
-	seq uint64
+	seq  uint64
+	call func()
 }
 
 // post hands m to the pump; it never waits.
+//
+// A stop goes ahead of everything else: a member's Delete waits for its
+// informers to stop (Runner.Stop), and a pump taking a fleet's start may
+// have a thousand starts and events in its inbox. A stop handled before
+// messages posted earlier for the same informer loses nothing: a start
+// finds the informer's context ended and stops it; a list's outcome, an
+// event or a timer of a stopped informer is dropped.
 func (p *pump) post(m message) {
 	p.mu.Lock()
-	p.inbox = append(p.inbox, m)
+	if m.kind == msgStop {
+		p.stops = append(p.stops, m.informer)
+		p.stopping.Store(true)
+	} else {
+		p.inbox = append(p.inbox, m)
+	}
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
@@ -187,15 +206,35 @@ func (p *pump) shrink() {
 
 // handleInbox handles the messages posted since it last looked.
 func (p *pump) handleInbox() {
+	p.handleStops()
 	p.mu.Lock()
 	msgs := p.inbox
 	p.inbox = p.spare
 	p.mu.Unlock()
 	for _, m := range msgs {
+		if p.stopping.Load() {
+			p.handleStops()
+		}
 		p.handle(m)
 	}
 	clear(msgs) // let go of the events and informers they hold
 	p.spare = msgs[:0]
+}
+
+// handleStops handles the stops posted since it last looked. A stop
+// posted before the informer's start, or after the informer was let go,
+// finds it absent: its start sees the stop.
+func (p *pump) handleStops() {
+	p.mu.Lock()
+	stops := p.stops
+	p.stops = nil
+	p.stopping.Store(false)
+	p.mu.Unlock()
+	for _, i := range stops {
+		if _, ok := p.informers[i]; ok {
+			i.run.stopRequested()
+		}
+	}
 }
 
 func (p *pump) handle(m message) {
@@ -205,15 +244,11 @@ func (p *pump) handle(m message) {
 			p.backoffAt = time.Time{}
 			p.retryDue()
 		}
+	case msgCall:
+		m.call()
 	case msgStart:
 		p.informers[m.informer] = struct{}{}
 		m.informer.run.start()
-	case msgStop:
-		// A stop posted before the start, or after the informer was let
-		// go, finds it absent: its start sees the stop.
-		if _, ok := p.informers[m.informer]; ok {
-			m.informer.run.stopRequested()
-		}
 	case msgConnected:
 		m.informer.run.connected(m.result)
 	case msgEvent:
@@ -222,6 +257,8 @@ func (p *pump) handle(m message) {
 		if st := m.informer.run; st.resync != nil && m.seq == st.resyncSeq {
 			st.resyncDue()
 		}
+	case msgStop:
+		// Posted to the stops, never to the inbox (post).
 	}
 }
 

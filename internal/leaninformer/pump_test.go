@@ -601,3 +601,58 @@ func TestPumpsFillInTurn(t *testing.T) {
 	})
 	goleak.VerifyNone(t, ignore)
 }
+
+// TestStopGoesFirst: a stop posted while the pump works through a long
+// inbox (a fleet starting: a thousand starts and events) is handled before
+// the rest of that inbox, so that a member's Delete, which waits for its
+// informers to stop, does not wait for the other informers' work.
+func TestStopGoesFirst(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	pl := &pool{capacity: 8}
+	r := NewRunner(context.Background())
+	srv := newFakeServer("a")
+	inf := detachedOn(r, pl, srv)
+	inf.RunWithContext(context.Background())
+	waitFor(t, 5*time.Second, "the informer to sync and watch", func() bool {
+		_, _, _, open := srv.counts()
+		return open == 1 && inf.HasSynced()
+	})
+	p := inf.run.pump
+
+	// A batch the pump is in the middle of: a call that waits for the
+	// gate, then a thousand that each note whether the informer has been
+	// let go by then.
+	entered, gate := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var notes []bool
+	p.mu.Lock()
+	p.inbox = append(p.inbox, message{kind: msgCall, call: func() { close(entered); <-gate }})
+	for range 1000 {
+		p.inbox = append(p.inbox, message{kind: msgCall, call: func() {
+			mu.Lock()
+			defer mu.Unlock()
+			notes = append(notes, isClosed(inf.released))
+		}})
+	}
+	p.mu.Unlock()
+	p.post(message{kind: msgCall, call: func() {}}) // wakes the pump
+	<-entered
+	inf.Stop()
+	close(gate)
+	waitFor(t, 5*time.Second, "the informer to be let go", closed(inf.released))
+	waitFor(t, 5*time.Second, "the pump to work through its inbox", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(notes) == 1000
+	})
+	if n := slices.Index(notes, true); n != 0 {
+		t.Errorf("the stop was handled after %d of the 1000 messages posted before it, want none", max(n, len(notes)))
+	}
+	r.Stop()
+	waitFor(t, 5*time.Second, "the pump to end", func() bool {
+		pl.mu.Lock()
+		defer pl.mu.Unlock()
+		return len(pl.pumps) == 0
+	})
+	goleak.VerifyNone(t, ignore)
+}
