@@ -247,6 +247,16 @@ func TestWatchOpenErrors(t *testing.T) {
 
 // detachedOn returns an informer of srv that r runs detached, on the
 // pumps of pl.
+// waitPumpsEnd waits for every pump of pl to end.
+func waitPumpsEnd(t *testing.T, pl *pool, what string) {
+	t.Helper()
+	waitFor(t, 5*time.Second, what, func() bool {
+		pl.mu.Lock()
+		defer pl.mu.Unlock()
+		return len(pl.pumps) == 0
+	})
+}
+
 func detachedOn(r *Runner, pl *pool, lw toolscache.ListerWatcher) *Informer {
 	inf := r.New(lw, &corev1.ConfigMap{}, 0, nil).(*Informer)
 	inf.pool = pl
@@ -384,11 +394,7 @@ func TestRunnerStop(t *testing.T) {
 	late := detachedOn(r, pl, srv)
 	late.RunWithContext(context.Background())
 	waitFor(t, 5*time.Second, "an informer run after the Runner stopped to stop", late.IsStopped)
-	waitFor(t, 5*time.Second, "the pump to end", func() bool {
-		pl.mu.Lock()
-		defer pl.mu.Unlock()
-		return len(pl.pumps) == 0
-	})
+	waitPumpsEnd(t, pl, "the pump to end")
 	if lists, _, _, _ := srv.counts(); lists != len(infs) {
 		t.Errorf("%d lists, want %d", lists, len(infs))
 	}
@@ -530,11 +536,7 @@ func TestPumpChurn(t *testing.T) {
 	for _, stop := range blockingStops {
 		stop()
 	}
-	waitFor(t, 5*time.Second, "every pump to end", func() bool {
-		pl.mu.Lock()
-		defer pl.mu.Unlock()
-		return len(pl.pumps) == 0
-	})
+	waitPumpsEnd(t, pl, "every pump to end")
 	goleak.VerifyNone(t, ignore)
 }
 
@@ -594,11 +596,7 @@ func TestPumpsFillInTurn(t *testing.T) {
 		m.rec.noProblems(t)
 	}
 	r.Stop()
-	waitFor(t, 5*time.Second, "every pump to end", func() bool {
-		pl.mu.Lock()
-		defer pl.mu.Unlock()
-		return len(pl.pumps) == 0
-	})
+	waitPumpsEnd(t, pl, "every pump to end")
 	goleak.VerifyNone(t, ignore)
 }
 
@@ -649,10 +647,6 @@ func TestStopGoesFirst(t *testing.T) {
 		t.Errorf("the stop was handled after %d of the 1000 messages posted before it, want none", max(n, len(notes)))
 	}
 	r.Stop()
-	waitFor(t, 5*time.Second, "the pump to end", func() bool {
-		pl.mu.Lock()
-		defer pl.mu.Unlock()
-		return len(pl.pumps) == 0
-	})
+	waitPumpsEnd(t, pl, "the pump to end")
 	goleak.VerifyNone(t, ignore)
 }

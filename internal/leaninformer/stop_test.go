@@ -42,11 +42,7 @@ func TestRunnerContextEnds(t *testing.T) {
 	late := detachedOn(r, pl, srv)
 	late.RunWithContext(context.Background())
 	waitFor(t, 5*time.Second, "an informer run after the context ended to stop", late.IsStopped)
-	waitFor(t, 5*time.Second, "the pumps to end", func() bool {
-		pl.mu.Lock()
-		defer pl.mu.Unlock()
-		return len(pl.pumps) == 0
-	})
+	waitPumpsEnd(t, pl, "the pumps to end")
 	r.Stop()
 	goleak.VerifyNone(t, ignore)
 }
@@ -97,11 +93,7 @@ func TestStopRacesStart(t *testing.T) {
 		waitFor(t, 5*time.Second, "every informer to stop", inf.IsStopped)
 	}
 	waitFor(t, 5*time.Second, "the watches to close", func() bool { _, _, _, open := srv.counts(); return open == 0 })
-	waitFor(t, 5*time.Second, "the pumps to end", func() bool {
-		pl.mu.Lock()
-		defer pl.mu.Unlock()
-		return len(pl.pumps) == 0
-	})
+	waitPumpsEnd(t, pl, "the pumps to end")
 	r.Stop()
 	goleak.VerifyNone(t, ignore)
 }
@@ -126,11 +118,7 @@ func TestIdleInformerHeap(t *testing.T) {
 		waitFor(t, 5*time.Second, "the first batch to sync", inf.HasSynced)
 	}
 	warm.Stop()
-	waitFor(t, 5*time.Second, "the first batch's pump to end", func() bool {
-		pl.mu.Lock()
-		defer pl.mu.Unlock()
-		return len(pl.pumps) == 0
-	})
+	waitPumpsEnd(t, pl, "the first batch's pump to end")
 	r := NewRunner(context.Background())
 	t.Cleanup(r.Stop)
 	srv := newFakeServer()
