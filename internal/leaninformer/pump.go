@@ -188,19 +188,23 @@ func (p *pump) loop() {
 // while the pump waits.
 const keptMessages = 64
 
-// shrink lets go of the inbox's buffers, once the pump has nothing left to
-// do, where they grew past keptMessages: a fleet's start posts a start and
-// a list's outcome per informer, and buffers kept at that size would hold
-// some 300 bytes per informer (two buffers of 168-byte messages) for as
-// long as the pump runs, idle.
+// shrink lets go of the inbox's buffers where they grew past
+// keptMessages, once the pump has nothing left to do: a fleet's start posts
+// a start and a list's outcome per informer, and buffers kept at that size
+// would hold some 300 bytes per informer (two buffers of 168-byte
+// messages) for as long as the pump runs, idle. While messages wait, the
+// buffers are in use, and kept.
 func (p *pump) shrink() {
-	if cap(p.spare) > keptMessages {
-		p.spare = nil
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.inbox) == 0 && cap(p.inbox) > keptMessages {
+	if len(p.inbox) > 0 {
+		return
+	}
+	if cap(p.inbox) > keptMessages {
 		p.inbox = nil
+	}
+	if cap(p.spare) > keptMessages {
+		p.spare = nil
 	}
 }
 
