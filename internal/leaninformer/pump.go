@@ -11,14 +11,14 @@ import (
 )
 
 // pumpCapacity is how many informers a pump serves before another pump
-// starts. A pump's work per event, start, stop or resync is the same
-// whatever number of informers it serves: everything reaches it through its
-// inbox, in the order it came, and a watch has at most one event there at a
-// time. Only backoffs look at all of its informers: each time the backoff
-// timer fires, for those whose retry is due and the next retry. What
-// reaches the inbox at once (a start, a stop) waits behind what the other
-// informers posted before, and with a thousand at most that stays well
-// under a millisecond.
+// starts. A pump's work per event, start or resync is the same whatever
+// number of informers it serves: everything reaches it through its inbox,
+// in the order it came, and a watch has at most one event there at a time;
+// stops go ahead of the inbox (post). Only backoffs look at all of its
+// informers: each time the backoff timer fires, for those whose retry is
+// due and the next retry. What reaches the inbox at once (a start) waits
+// behind what the other informers posted before, and with a thousand at
+// most that stays well under a millisecond.
 //
 // The number of pumps follows the number of informers only: a hundred
 // clusters on ten kinds run on one pump, as on one kind, whatever the
@@ -191,7 +191,7 @@ const keptMessages = 64
 // shrink lets go of the inbox's buffers where they grew past
 // keptMessages, once the pump has nothing left to do: a fleet's start posts
 // a start and a list's outcome per informer, and buffers kept at that size
-// would hold some 300 bytes per informer (two buffers of 168-byte
+// would hold some 350 bytes per informer (two buffers of 176-byte
 // messages) for as long as the pump runs, idle. While messages wait, the
 // buffers are in use, and kept.
 func (p *pump) shrink() {

@@ -245,8 +245,6 @@ func TestWatchOpenErrors(t *testing.T) {
 	}
 }
 
-// detachedOn returns an informer of srv that r runs detached, on the
-// pumps of pl.
 // waitPumpsEnd waits for every pump of pl to end.
 func waitPumpsEnd(t *testing.T, pl *pool, what string) {
 	t.Helper()
@@ -257,6 +255,8 @@ func waitPumpsEnd(t *testing.T, pl *pool, what string) {
 	})
 }
 
+// detachedOn returns an informer of srv that r runs detached, on the
+// pumps of pl.
 func detachedOn(r *Runner, pl *pool, lw toolscache.ListerWatcher) *Informer {
 	inf := r.New(lw, &corev1.ConfigMap{}, 0, nil).(*Informer)
 	inf.pool = pl
@@ -611,11 +611,14 @@ func TestStopGoesFirst(t *testing.T) {
 	srv := newFakeServer("a")
 	inf := detachedOn(r, pl, srv)
 	inf.RunWithContext(context.Background())
-	waitFor(t, 5*time.Second, "the informer to sync and watch", func() bool {
-		_, _, _, open := srv.counts()
-		return open == 1 && inf.HasSynced()
-	})
 	p := inf.run.pump
+	// Watching as its pump sees it: the list's outcome handled (a stop
+	// handled before it waits for it, rightly).
+	waitFor(t, 5*time.Second, "the informer to sync and watch", func() bool {
+		watching := make(chan bool, 1)
+		p.post(message{kind: msgCall, call: func() { watching <- inf.run.phase == phaseWatching }})
+		return <-watching && inf.HasSynced()
+	})
 
 	// A batch the pump is in the middle of: a call that waits for the
 	// gate, then a thousand that each note whether the informer has been
@@ -644,7 +647,10 @@ func TestStopGoesFirst(t *testing.T) {
 		return len(notes) == 1000
 	})
 	if n := slices.Index(notes, true); n != 0 {
-		t.Errorf("the stop was handled after %d of the 1000 messages posted before it, want none", max(n, len(notes)))
+		if n < 0 {
+			n = len(notes)
+		}
+		t.Errorf("the stop was handled after %d of the 1000 messages posted before it, want none", n)
 	}
 	r.Stop()
 	waitPumpsEnd(t, pl, "the pump to end")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -138,6 +139,9 @@ func TestIdleInformerHeap(t *testing.T) {
 	for _, inf := range infs {
 		waitFor(t, 5*time.Second, "every informer to sync", inf.HasSynced)
 	}
+	// Idle: the pump has handled every message and let go of the buffers
+	// the start grew, which it does before it waits for the next.
+	waitFor(t, 5*time.Second, "the pump to wait for its next message", pumpsWait)
 	// Less the fake watches' channels, whose buffer no real watch has.
 	chans := int64(n) * int64(cap(make(chan watch.Event, 1<<15))) * int64(unsafe.Sizeof(watch.Event{}))
 	per := float64(heapInUse()-before-chans) / n
@@ -146,6 +150,27 @@ func TestIdleInformerHeap(t *testing.T) {
 		t.Errorf("an idle informer holds %.0f bytes, want at most %d", per, maxIdleInformerBytes)
 	}
 	runtime.KeepAlive(infs)
+}
+
+// pumpsWait reports whether every pump of the process waits for its next
+// message.
+func pumpsWait() bool {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		header, _, _ := strings.Cut(g, "\n")
+		if strings.Contains(g, "leaninformer.(*pump).loop") && !strings.Contains(header, "[chan receive") {
+			return false
+		}
+	}
+	return true
 }
 
 func heapInUse() int64 {
