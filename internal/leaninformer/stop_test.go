@@ -155,16 +155,7 @@ func TestIdleInformerHeap(t *testing.T) {
 // pumpsWait reports whether every pump of the process waits for its next
 // message.
 func pumpsWait() bool {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
+	for _, g := range goroutineStacks() {
 		header, _, _ := strings.Cut(g, "\n")
 		if strings.Contains(g, "leaninformer.(*pump).loop") && !strings.Contains(header, "[chan receive") {
 			return false

@@ -229,6 +229,18 @@ func streamInformer(t *testing.T, lw toolscache.ListerWatcher) (*Informer, *reco
 
 // goroutinesIn counts the goroutines whose stack names fn.
 func goroutinesIn(fn string) int {
+	count := 0
+	for _, g := range goroutineStacks() {
+		if strings.Contains(g, fn) {
+			count++
+		}
+	}
+	return count
+}
+
+// goroutineStacks returns the stack of every goroutine, each beginning
+// with its header line ("goroutine 7 [chan receive]:").
+func goroutineStacks() []string {
 	buf := make([]byte, 1<<20)
 	for {
 		n := goruntime.Stack(buf, true)
@@ -238,13 +250,7 @@ func goroutinesIn(fn string) int {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	count := 0
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, fn) {
-			count++
-		}
-	}
-	return count
+	return strings.Split(string(buf), "\n\n")
 }
 
 // TestStreamReadHere: a Runner's informer whose transport hands it its
