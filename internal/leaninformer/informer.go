@@ -202,7 +202,7 @@ func (i *Informer) Stop() {
 	p := st.pump
 	i.pool.mu.Unlock()
 	if p != nil {
-		p.post(message{kind: msgStop, informer: i})
+		p.stop(i)
 	}
 }
 

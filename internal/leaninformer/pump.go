@@ -14,7 +14,7 @@ import (
 // starts. A pump's work per event, start or resync is the same whatever
 // number of informers it serves: everything reaches it through its inbox,
 // in the order it came, and a watch has at most one event there at a time;
-// stops go ahead of the inbox (post). Only backoffs look at all of its
+// stops go ahead of the inbox (see pump.stop). Only backoffs look at all of its
 // informers: each time the backoff timer fires, for those whose retry is
 // due and the next retry. What reaches the inbox at once (a start) waits
 // behind what the other informers posted before, and with a thousand at
@@ -94,7 +94,7 @@ func (p *pump) release(i *Informer) {
 //
 // Since a watch has at most one event in the inbox at a time, a burst on
 // one informer's watch holds up another's next event by at most one event
-// of each watch. Stops go ahead of the inbox (see post).
+// of each watch. Stops go ahead of the inbox (see stop).
 //
 // A pump ends once it has no informer left.
 type pump struct {
@@ -105,11 +105,11 @@ type pump struct {
 
 	mu    sync.Mutex
 	inbox []message
-	// stops are the informers whose stop was posted (msgStop), handled
+	// stops are the informers whose stop was posted (stop), handled
 	// ahead of the inbox; stopping says there are some.
 	stops    []*Informer
 	stopping atomic.Bool
-	wake     chan struct{} // signalled when inbox or stops get a message
+	wake     chan struct{} // signalled when inbox or stops get something
 
 	// The pump's own.
 	informers  map[*Informer]struct{}
@@ -123,7 +123,6 @@ type msgKind uint8
 
 const (
 	msgStart     msgKind = iota // an informer starts
-	msgStop                     // an informer's context has ended
 	msgConnected                // a list and the opening of a watch are done
 	msgEvent                    // a watch's next event, or its end
 	msgResync                   // an informer's resync timer fired
@@ -147,22 +146,30 @@ type message struct {
 }
 
 // post hands m to the pump; it never waits.
+func (p *pump) post(m message) {
+	p.mu.Lock()
+	p.inbox = append(p.inbox, m)
+	p.mu.Unlock()
+	p.signal()
+}
+
+// stop tells the pump that i's context has ended; it never waits.
 //
-// A stop goes ahead of everything else: a member's Delete waits for its
+// A stop goes ahead of the inbox: a member's Delete waits for its
 // informers to stop (Runner.Stop), and a pump taking a fleet's start may
 // have a thousand starts and events in its inbox. A stop handled before
 // messages posted earlier for the same informer loses nothing: a start
 // finds the informer's context ended and stops it; a list's outcome, an
 // event or a timer of a stopped informer is dropped.
-func (p *pump) post(m message) {
+func (p *pump) stop(i *Informer) {
 	p.mu.Lock()
-	if m.kind == msgStop {
-		p.stops = append(p.stops, m.informer)
-		p.stopping.Store(true)
-	} else {
-		p.inbox = append(p.inbox, m)
-	}
+	p.stops = append(p.stops, i)
+	p.stopping.Store(true)
 	p.mu.Unlock()
+	p.signal()
+}
+
+func (p *pump) signal() {
 	select {
 	case p.wake <- struct{}{}:
 	default:
@@ -216,19 +223,20 @@ func (p *pump) handleInbox() {
 	p.inbox = p.spare
 	p.mu.Unlock()
 	for _, m := range msgs {
-		if p.stopping.Load() {
-			p.handleStops()
-		}
+		p.handleStops()
 		p.handle(m)
 	}
 	clear(msgs) // let go of the events and informers they hold
 	p.spare = msgs[:0]
 }
 
-// handleStops handles the stops posted since it last looked. A stop
-// posted before the informer's start, or after the informer was let go,
-// finds it absent: its start sees the stop.
+// handleStops handles the stops posted since it last looked, if any. A
+// stop posted before the informer's start, or after the informer was let
+// go, finds it absent: its start sees the stop.
 func (p *pump) handleStops() {
+	if !p.stopping.Load() {
+		return // none: no lock taken
+	}
 	p.mu.Lock()
 	stops := p.stops
 	p.stops = nil
@@ -261,8 +269,6 @@ func (p *pump) handle(m message) {
 		if st := m.informer.run; st.resync != nil && m.seq == st.resyncSeq {
 			st.resyncDue()
 		}
-	case msgStop:
-		// Posted to the stops, never to the inbox (post).
 	}
 }
 
