@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -654,5 +655,35 @@ func TestStopGoesFirst(t *testing.T) {
 	}
 	r.Stop()
 	waitPumpsEnd(t, pl, "the pump to end")
+	goleak.VerifyNone(t, ignore)
+}
+
+// TestOnePumpWhateverTheCores: the process's pumps follow the number of
+// informers, not of cores: on eight Ps, a hundred informers of the
+// default pool run on one pump, so that a further kind costs a cluster its
+// watch and no share of a pump (the per-kind figure of the fleet
+// benchmark) on any machine.
+func TestOnePumpWhateverTheCores(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(8))
+	waitPumpsEnd(t, pumps, "the pumps of earlier tests to end")
+	r := NewRunner(context.Background())
+	srv := newFakeServer("a")
+	infs := make([]*Informer, 100)
+	for k := range infs {
+		infs[k] = r.New(srv, &corev1.ConfigMap{}, 0, nil).(*Informer)
+		infs[k].RunWithContext(context.Background())
+	}
+	for _, inf := range infs {
+		waitFor(t, 5*time.Second, "every informer to sync", inf.HasSynced)
+	}
+	pumps.mu.Lock()
+	n := len(pumps.pumps)
+	pumps.mu.Unlock()
+	if n != 1 {
+		t.Errorf("%d pumps for %d informers on 8 Ps, want 1", n, len(infs))
+	}
+	r.Stop()
+	waitPumpsEnd(t, pumps, "the pump to end")
 	goleak.VerifyNone(t, ignore)
 }
