@@ -295,6 +295,11 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating HTTP client: %w", err)
 	}
+	// The closures the member keeps (its cache's handlers) capture what
+	// they use, never opts: opts.Cluster, for one, holds what only the
+	// build needs (a Server's start check passes its core resource list
+	// that way), and would live as long as the member.
+	reachMon, logger := opts.Reach, opts.Logger
 	cl, err := cluster.New(cfg, func(co *cluster.Options) {
 		co.Logger = opts.Logger
 		co.HTTPClient = memberHC
@@ -324,11 +329,11 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 				forbidden.Forbid(r.TypeDescription())
 			}
 			next(ctx, r, err)
-			if opts.Reach != nil {
-				opts.Reach.WatchError(err)
+			if reachMon != nil {
+				reachMon.WatchError(err)
 			}
 		}
-		co.NewCache = newSyncNotifyingCache(lifetime, scopedNewCache(lifetime, co.NewCache, unserved), forbidden, waiting, opts.Logger)
+		co.NewCache = newSyncNotifyingCache(lifetime, scopedNewCache(lifetime, co.NewCache, unserved), forbidden, waiting, logger)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating cluster: %w", err)
