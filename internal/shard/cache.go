@@ -15,6 +15,12 @@ import (
 // remembers, to drop a lagging watch's copies of them.
 const maxHistory = 8
 
+// history is what the cache remembers of a Lease's replaced versions.
+type history struct {
+	versions []string  // resourceVersions seen replaced, oldest first
+	at       time.Time // when the last was replaced
+}
+
 // record is what a Lease says of its holder's claim. As client-go's leader
 // election compares whole records, a replica counts any change to it as a
 // sign of life of its writer, timed by its own clock when it saw the
@@ -103,13 +109,13 @@ type cache struct {
 
 	mu         sync.Mutex
 	entries    map[string]*entry
-	superseded map[string][]string // name → resourceVersions seen replaced, oldest first
+	superseded map[string]*history // by Lease name
 	synced     bool
 	lastEvent  time.Time // last delivery of the watch (event or list)
 }
 
 func newCache(clk clock.PassiveClock, group string, grace time.Duration, notify func()) *cache {
-	return &cache{clock: clk, group: group, grace: grace, notify: notify, entries: map[string]*entry{}, superseded: map[string][]string{}}
+	return &cache{clock: clk, group: group, grace: grace, notify: notify, entries: map[string]*entry{}, superseded: map[string]*history{}}
 }
 
 // belongs reports whether l is one of the Group's Leases: the annotation,
@@ -135,7 +141,9 @@ func (c *cache) take(l *coordinationv1.Lease, read bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.superseded[l.Name] = slices.DeleteFunc(c.superseded[l.Name], func(rv string) bool { return rv == l.ResourceVersion })
+	if h := c.superseded[l.Name]; h != nil {
+		h.versions = slices.DeleteFunc(h.versions, func(rv string) bool { return rv == l.ResourceVersion })
+	}
 	c.putLocked(l, false, read)
 }
 
@@ -151,7 +159,7 @@ func (c *cache) watched(l *coordinationv1.Lease) {
 }
 
 func (c *cache) watchedLocked(l *coordinationv1.Lease) bool {
-	if slices.Contains(c.superseded[l.Name], l.ResourceVersion) {
+	if h := c.superseded[l.Name]; h != nil && slices.Contains(h.versions, l.ResourceVersion) {
 		return false
 	}
 	return c.putLocked(l, true, false)
@@ -202,11 +210,16 @@ func older(l, cur *coordinationv1.Lease) bool {
 }
 
 func (c *cache) supersedeLocked(name, rv string) {
-	h := append(c.superseded[name], rv)
-	if len(h) > maxHistory {
-		h = h[len(h)-maxHistory:]
+	h := c.superseded[name]
+	if h == nil {
+		h = &history{}
+		c.superseded[name] = h
 	}
-	c.superseded[name] = h
+	h.versions = append(h.versions, rv)
+	if len(h.versions) > maxHistory {
+		h.versions = slices.Delete(h.versions, 0, len(h.versions)-maxHistory)
+	}
+	h.at = c.clock.Now()
 }
 
 // watchedDelete takes the watch's word that l was deleted.
@@ -257,12 +270,15 @@ func (c *cache) relist(items []coordinationv1.Lease) {
 	c.lastEvent, c.synced = now, true
 	listed := make(map[string]bool, len(items))
 	for i := range items {
-		l := &items[i]
-		if !c.belongs(l) {
+		if !c.belongs(&items[i]) {
 			continue
 		}
+		// A copy: a pointer into items would keep the whole list (every
+		// Lease of the group as listed then) for as long as this Lease
+		// stays unchanged, which a cluster's Lease may for months.
+		l := items[i]
 		listed[l.Name] = true
-		c.watchedLocked(l)
+		c.watchedLocked(&l)
 	}
 	for name, e := range c.entries {
 		// A version from a read or write may be newer than the list; it
@@ -287,13 +303,22 @@ func (c *cache) touch() {
 // prune drops the tombstones of replicas whose claims ended a declared
 // duration ago: kept that long after the claim itself, a tombstone still
 // tells when a replica that died last renewed, for the time its clusters
-// went unowned.
+// went unowned. It drops the histories of Leases gone for two durations
+// (fallback) too.
 func (c *cache) prune(now time.Time, fallback time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for name, e := range c.entries {
 		if e.gone && !now.Before(e.since.Add(2*e.declared(fallback))) {
 			delete(c.entries, name)
+		}
+	}
+	// The history of a Lease the cache no longer holds (a cluster that
+	// left) goes once no lagging watch can still bring its versions back:
+	// kept, it would grow with every cluster the fleet ever had.
+	for name, h := range c.superseded {
+		if _, held := c.entries[name]; !held && !now.Before(h.at.Add(2*fallback)) {
+			delete(c.superseded, name)
 		}
 	}
 }
