@@ -1,6 +1,7 @@
 package conntrack
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -45,6 +46,7 @@ type entry struct {
 	// transport: the same API server seen by the same user maps kinds the
 	// same way, so its members need to discover it only once.
 	mappers map[string]*sharedMapper
+	lefts   uint64 // counts the times a mapper's last lease left
 }
 
 // sharedMapper is the mapper of one identity, and the clients of the
@@ -54,6 +56,7 @@ type entry struct {
 type sharedMapper struct {
 	mapper meta.RESTMapper
 	clients
+	left uint64 // when its last lease left (entry.lefts), under entry.mu
 }
 
 // clients are the HTTP clients (their round trippers) of the leases that
@@ -78,10 +81,19 @@ func (c *clients) join(l *Lease, rt http.RoundTripper) {
 	c.held = append(c.held, heldClient{l, rt})
 }
 
-func (c *clients) leave(l *Lease) {
+// count is how many clients are held.
+func (c *clients) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.held)
+}
+
+// leave takes l's client out and returns how many are still held.
+func (c *clients) leave(l *Lease) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.held = slices.DeleteFunc(c.held, func(h heldClient) bool { return h.lease == l })
+	return len(c.held)
 }
 
 // RoundTrip sends req through the client of the last lease that joined
@@ -206,12 +218,36 @@ func (e *entry) mapperFor(l *Lease, next MapperProvider, c *rest.Config, hc *htt
 // leave takes l's client out of the shared mapper of its identity.
 func (e *entry) leave(l *Lease) {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	sm := e.mappers[l.ident]
-	e.mu.Unlock()
-	if sm != nil {
-		sm.leave(l)
+	if sm == nil || sm.leave(l) > 0 {
+		return
+	}
+	// No lease holds the identity's mapper any more. It stays for a
+	// member that comes back with the same credentials (a restart), but
+	// only the last few identities to go keep theirs: credentials that
+	// rotate would otherwise leave a mapper behind at every rotation for
+	// as long as another lease keeps the transport.
+	e.lefts++
+	sm.left = e.lefts
+	var idle []string
+	for ident, m := range e.mappers {
+		if m.count() == 0 {
+			idle = append(idle, ident)
+		}
+	}
+	if len(idle) <= maxIdleMappers {
+		return
+	}
+	slices.SortFunc(idle, func(a, b string) int { return cmp.Compare(e.mappers[a].left, e.mappers[b].left) })
+	for _, ident := range idle[:len(idle)-maxIdleMappers] {
+		delete(e.mappers, ident)
 	}
 }
+
+// maxIdleMappers is how many mappers of identities no lease holds any
+// more an API server's entry keeps.
+const maxIdleMappers = 4
 
 // ref takes a reference to the entry for key, building it for cfg when
 // there is none. The transport is built with the lock released; of two

@@ -3,6 +3,7 @@ package conntrack
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -393,3 +394,63 @@ func TestPoolSharedMapperSendsHeldCredentials(t *testing.T) {
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestPoolForgetsMappersOfIdentitiesGone: of the identities no lease holds
+// any more, only the last few keep their shared mapper (for a member that
+// comes back, as TestPoolSharedMapperSendsHeldCredentials's does), though
+// the transport stays (another lease holds it): credentials that rotate,
+// each rotation a new identity, leave no trail of mappers.
+func TestPoolForgetsMappersOfIdentitiesGone(t *testing.T) {
+	srv, _ := server(t)
+	var p Pool
+	base := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, BearerToken: "stays"}
+	stays, _ := p.Acquire(base)
+	defer stays.Release()
+	built := 0
+	useMapper := func(l *Lease) {
+		t.Helper()
+		if _, err := l.MapperProvider(func(*rest.Config, *http.Client) (meta.RESTMapper, error) {
+			built++
+			return meta.NewDefaultRESTMapper(nil), nil
+		})(l.Config, &http.Client{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	useMapper(stays)
+	for i := range 20 {
+		cfg := rest.CopyConfig(base)
+		cfg.BearerToken = fmt.Sprintf("rotated-%d", i)
+		a, _ := p.Acquire(cfg)
+		b, _ := p.Acquire(cfg)
+		useMapper(a)
+		useMapper(b)
+		a.Release()
+		if n, want := mappers(stays), 2+min(i, maxIdleMappers); n != want {
+			t.Fatalf("round %d: %d mappers while a lease of the rotated identity is still held, want %d", i, n, want)
+		}
+		b.Release()
+		b.Release() // idempotent
+	}
+	if n := mappers(stays); n != 1+maxIdleMappers {
+		t.Errorf("%d mappers after 20 identities came and went, want %d (the one still held and the last %d gone)", n, 1+maxIdleMappers, maxIdleMappers)
+	}
+	// The last identity to go finds its mapper again; the first one
+	// gets a new one.
+	for _, token := range []string{"rotated-19", "rotated-0"} {
+		cfg := rest.CopyConfig(base)
+		cfg.BearerToken = token
+		l, _ := p.Acquire(cfg)
+		useMapper(l)
+		l.Release()
+	}
+	if built != 22 {
+		t.Errorf("built %d mappers, want 22 (one per identity, and rotated-0's again)", built)
+	}
+}
+
+// mappers counts the shared mappers of l's transport.
+func mappers(l *Lease) int {
+	l.e.mu.Lock()
+	defer l.e.mu.Unlock()
+	return len(l.e.mappers)
+}
