@@ -201,7 +201,7 @@ func (g *generation) attempt() (wasReady bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	core, err := mon.Check(g.ctx, cfg)
+	core, err := mon.Check(g.ctx)
 	if err != nil {
 		return false, err
 	}
@@ -362,6 +362,7 @@ func (g *generation) build(lease *conntrack.Lease, end *stopper, mon *reach.Moni
 		CompressWatches:   g.c.env.opts.CompressWatches,
 		ClientGoInformers: g.c.env.opts.ClientGoInformers,
 		Reach:             mon,
+		HTTPClient:        mon.HTTPClient(),
 		Credentials:       g.creds,
 		Scope:             g.cfg.Scope,
 		ScopeSource:       g.cfg.Source.String(),

@@ -261,6 +261,11 @@ type BuildOptions struct {
 	// WatchError is told every failed list and watch of the member's
 	// informers, after the cache options' own handler.
 	Reach *reach.Monitor
+	// HTTPClient, when set, is a client built from cfg that the member's
+	// requests go through, on its transport and connections
+	// (reach.Monitor.HTTPClient, so that the member and its probes share
+	// them); by default Build builds one.
+	HTTPClient *http.Client
 	// Credentials, when set, holds the credentials cfg's clients send
 	// (Install took them out of cfg); GetConfig names them.
 	Credentials *credential.Holder
@@ -291,7 +296,7 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 	waiting := newKindSet()
 	waiting.hook = kinds
 	writes := newWritesInFlight(writeGrace(opts.GracefulShutdownTimeout))
-	memberHC, mapperHC, err := httpClients(lifetime, cfg, opts.CompressWatches, writes)
+	memberHC, mapperHC, err := httpClients(lifetime, cfg, opts.HTTPClient, opts.CompressWatches, writes)
 	if err != nil {
 		return nil, fmt.Errorf("creating HTTP client: %w", err)
 	}

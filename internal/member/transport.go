@@ -28,7 +28,8 @@ import (
 const discoveryTimeout = 30 * time.Second
 
 // httpClients returns the HTTP client a member's cache and client use,
-// whose every request also ends when lifetime does (see lifetimeTransport
+// on base's transport (a client built from cfg when base is nil), whose
+// every request also ends when lifetime does (see lifetimeTransport
 // for the informers' requests, and for writes, which get the grace of
 // writes unless it is nil; and whose watches are uncompressed unless
 // compressWatches), and the one for its REST mapper. The mapper may be
@@ -41,10 +42,11 @@ const discoveryTimeout = 30 * time.Second
 // then, and the caller (a reconciler's write, an informer's list or
 // watch, which would relist after a failed watch) gets the answer to the
 // fresh one.
-func httpClients(lifetime context.Context, cfg *rest.Config, compressWatches bool, writes *writesInFlight) (member, mapper *http.Client, err error) {
-	base, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return nil, nil, err
+func httpClients(lifetime context.Context, cfg *rest.Config, base *http.Client, compressWatches bool, writes *writesInFlight) (member, mapper *http.Client, err error) {
+	if base == nil {
+		if base, err = rest.HTTPClientFor(cfg); err != nil {
+			return nil, nil, err
+		}
 	}
 	rt := base.Transport
 	if rt == nil { // client-go's http.DefaultClient: no TLS, no wrappers

@@ -44,7 +44,7 @@ func TestWatchesAreNotCompressed(t *testing.T) {
 		_, _ = io.WriteString(w, "body")
 	}))
 	defer srv.Close()
-	member, _, err := httpClients(context.Background(), &rest.Config{Host: srv.URL}, false, nil)
+	member, _, err := httpClients(context.Background(), &rest.Config{Host: srv.URL}, nil, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestWatchesAreNotCompressed(t *testing.T) {
 	mu.Unlock()
 
 	// With compressWatches, watches ask for gzip as Go's transport does.
-	member, _, err = httpClients(context.Background(), &rest.Config{Host: srv.URL}, true, nil)
+	member, _, err = httpClients(context.Background(), &rest.Config{Host: srv.URL}, nil, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -121,6 +121,9 @@ type Monitor struct {
 	// the host's path, if it has one (a proxy in front of the cluster).
 	hc      *http.Client
 	version string
+	// base is HTTPClient; rc is Check's client, on base.
+	base *http.Client
+	rc   *rest.RESTClient
 
 	// running is set from Start until the Monitor has finished: before
 	// that, the member is starting and its start's own timeouts judge it.
@@ -146,18 +149,30 @@ type Monitor struct {
 
 // New returns a Monitor for the member reached through cfg. It wraps cfg's
 // transport, so that every request made through cfg from now on (the
-// member's Manager is to be built from it) reports to the Monitor, and it
-// probes through the same connections.
+// member's Manager is to be built from it) reports to the Monitor. Its
+// Check and probes go through HTTPClient, which the member's own requests
+// are to use too: they then share its connections.
 func New(cfg *rest.Config, o Options, obs Observer) (*Monitor, error) {
 	m := &Monitor{o: o, obs: obs, host: config.RedactURL(cfg.Host)}
 	cfg.Wrap(m.transport)
-	rc, err := restClient(cfg)
+	base, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, config.RedactError(fmt.Errorf("building the HTTP client for %s: %w", m.host, err))
+	}
+	rc, err := restClient(cfg, base)
 	if err != nil {
 		return nil, err
 	}
+	m.base, m.rc = base, rc
 	m.hc, m.version = rc.Client, rc.Get().AbsPath("/version").URL().String()
 	return m, nil
 }
+
+// HTTPClient is the client, built once from New's cfg, that Check and the
+// probes send through. A client built from cfg anew shares its transport
+// only where client-go caches transports; a config with an exec plugin or
+// a transport of its own would get another connection each time.
+func (m *Monitor) HTTPClient() *http.Client { return m.base }
 
 func (m *Monitor) transport(rt http.RoundTripper) http.RoundTripper {
 	return &transport{
@@ -172,11 +187,18 @@ func (m *Monitor) transport(rt http.RoundTripper) http.RoundTripper {
 	}
 }
 
-// Check is the package's Check through the Monitor's config, told to the
-// Observer as a probe.
-func (m *Monitor) Check(ctx context.Context, cfg *rest.Config) ([]byte, error) {
+// Check tells, before a member's Manager is built, whether its API server
+// answers and accepts the credentials: discovery is open to every
+// authenticated user, so 401 or 403 means bad credentials and a dial error
+// means unreachable. It fails fast where a Manager would wait for its
+// cache sync timeout. It is told to the Observer as a probe.
+//
+// It reads the core group's resource list (GET /api/v1), which it returns:
+// the member's REST mapper starts from it (leanmapper.NewWithCore), so the
+// check costs no request of its own.
+func (m *Monitor) Check(ctx context.Context) ([]byte, error) {
 	begin := time.Now()
-	body, err := Check(ctx, cfg, m.o.CheckTimeout)
+	body, err := check(ctx, m.rc, m.host, m.o.CheckTimeout)
 	if ctx.Err() == nil {
 		res := Result{At: time.Now(), Took: time.Since(begin)}
 		if err != nil && !apierrors.IsUnauthorized(err) && !apierrors.IsForbidden(err) {

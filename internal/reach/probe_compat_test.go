@@ -217,7 +217,7 @@ func TestProbeTellsWhatARESTClientTold(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rc, err := restClient(cfg)
+			rc, err := restClient(cfg, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -201,7 +201,7 @@ func TestRefusedWhileStartingRejectsAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Check(context.Background(), cfg); err == nil {
+	if _, err := m.Check(context.Background()); err == nil {
 		t.Fatal("Check passed with refused credentials")
 	}
 	select {
