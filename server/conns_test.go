@@ -21,8 +21,10 @@ import (
 // TestOneConnectionPerMember: a member reaches its API server over one
 // HTTP/2 connection, which its start's check, its reachability probes,
 // its watches and its REST mapper share, whatever its config: a plain
-// token, an exec plugin, a transport wrapper of its own (client-go builds
-// a new transport for each client made from such a config).
+// token, an exec plugin, a transport wrapper of its own. A config with an
+// exec plugin dials through a tracker of its own, and client-go builds a
+// new transport for each client made from such a config: the member held
+// three connections. The other two share the connection pool's transport.
 func TestOneConnectionPerMember(t *testing.T) {
 	host := fakeapi.New()
 	host.Start()

@@ -88,12 +88,13 @@ func (c *clients) count() int {
 	return len(c.held)
 }
 
-// leave takes l's client out and returns how many are still held.
-func (c *clients) leave(l *Lease) int {
+// leave takes l's client out; last says it was the last one held.
+func (c *clients) leave(l *Lease) (last bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	n := len(c.held)
 	c.held = slices.DeleteFunc(c.held, func(h heldClient) bool { return h.lease == l })
-	return len(c.held)
+	return len(c.held) < n && len(c.held) == 0
 }
 
 // RoundTrip sends req through the client of the last lease that joined
@@ -220,14 +221,19 @@ func (e *entry) leave(l *Lease) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	sm := e.mappers[l.ident]
-	if sm == nil || sm.leave(l) > 0 {
-		return
+	if sm == nil || !sm.leave(l) {
+		return // l was not held (a second Release), or others still are
 	}
 	// No lease holds the identity's mapper any more. It stays for a
 	// member that comes back with the same credentials (a restart), but
 	// only the last few identities to go keep theirs: credentials that
 	// rotate would otherwise leave a mapper behind at every rotation for
-	// as long as another lease keeps the transport.
+	// as long as another lease keeps the transport. One never built (its
+	// provider failed) goes at once.
+	if sm.mapper == nil {
+		delete(e.mappers, l.ident)
+		return
+	}
 	e.lefts++
 	sm.left = e.lefts
 	var idle []string

@@ -454,3 +454,36 @@ func mappers(l *Lease) int {
 	defer l.e.mu.Unlock()
 	return len(l.e.mappers)
 }
+
+// TestPoolReleaseTwiceKeepsTheLastIdentities: a lease released a second
+// time does not count as its identity going again: the identities kept
+// are still the last to go.
+func TestPoolReleaseTwiceKeepsTheLastIdentities(t *testing.T) {
+	srv, _ := server(t)
+	var p Pool
+	base := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, BearerToken: "stays"}
+	stays, _ := p.Acquire(base)
+	defer stays.Release()
+	gone := make([]*Lease, 0, maxIdleMappers+1)
+	for i := range maxIdleMappers + 1 {
+		cfg := rest.CopyConfig(base)
+		cfg.BearerToken = fmt.Sprintf("id-%d", i)
+		l, _ := p.Acquire(cfg)
+		if _, err := l.MapperProvider(func(*rest.Config, *http.Client) (meta.RESTMapper, error) {
+			return meta.NewDefaultRESTMapper(nil), nil
+		})(l.Config, &http.Client{}); err != nil {
+			t.Fatal(err)
+		}
+		l.Release()
+		gone = append(gone, l)
+		gone[0].Release() // again, after each identity went
+	}
+	stays.e.mu.Lock()
+	defer stays.e.mu.Unlock()
+	for i, l := range gone {
+		_, kept := stays.e.mappers[l.ident]
+		if want := i > 0; kept != want {
+			t.Errorf("id-%d's mapper kept: %v, want %v (the last %d identities to go keep theirs)", i, kept, want, maxIdleMappers)
+		}
+	}
+}

@@ -168,10 +168,13 @@ func New(cfg *rest.Config, o Options, obs Observer) (*Monitor, error) {
 	return m, nil
 }
 
-// HTTPClient is the client, built once from New's cfg, that Check and the
-// probes send through. A client built from cfg anew shares its transport
-// only where client-go caches transports; a config with an exec plugin or
-// a transport of its own would get another connection each time.
+// HTTPClient is the client, built once from New's cfg, whose transport
+// Check and the probes send through (wrapped to send a request refused
+// with 401 once more when cfg's credential refreshes): the member's own
+// clients are to be built on it, wrapped likewise, and not on a client
+// built from cfg anew, which for some configs (an exec plugin's, which
+// dials through a tracker of its own) gets a transport, and so a
+// connection, of its own.
 func (m *Monitor) HTTPClient() *http.Client { return m.base }
 
 func (m *Monitor) transport(rt http.RoundTripper) http.RoundTripper {
