@@ -362,7 +362,6 @@ func (g *generation) build(lease *conntrack.Lease, end *stopper, mon *reach.Moni
 		CompressWatches:   g.c.env.opts.CompressWatches,
 		ClientGoInformers: g.c.env.opts.ClientGoInformers,
 		Reach:             mon,
-		HTTPClient:        mon.HTTPClient(),
 		Credentials:       g.creds,
 		Scope:             g.cfg.Scope,
 		ScopeSource:       g.cfg.Source.String(),

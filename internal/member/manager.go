@@ -259,13 +259,10 @@ type BuildOptions struct {
 	// Reach, when set, watches the member's connection to its API server
 	// (cfg reports its requests to it already: reach.New wraps it); its
 	// WatchError is told every failed list and watch of the member's
-	// informers, after the cache options' own handler.
+	// informers, after the cache options' own handler. The member's
+	// requests go through its HTTPClient, on the connections of its check
+	// and probes.
 	Reach *reach.Monitor
-	// HTTPClient, when set, is a client built from cfg that the member's
-	// requests go through, on its transport and connections
-	// (reach.Monitor.HTTPClient, so that the member and its probes share
-	// them); by default Build builds one.
-	HTTPClient *http.Client
 	// Credentials, when set, holds the credentials cfg's clients send
 	// (Install took them out of cfg); GetConfig names them.
 	Credentials *credential.Holder
@@ -296,7 +293,11 @@ func Build(cfg *rest.Config, opts BuildOptions) (*Manager, error) {
 	waiting := newKindSet()
 	waiting.hook = kinds
 	writes := newWritesInFlight(writeGrace(opts.GracefulShutdownTimeout))
-	memberHC, mapperHC, err := httpClients(lifetime, cfg, opts.HTTPClient, opts.CompressWatches, writes)
+	var base *http.Client // built from cfg by httpClients
+	if opts.Reach != nil {
+		base = opts.Reach.HTTPClient()
+	}
+	memberHC, mapperHC, err := httpClients(lifetime, cfg, base, opts.CompressWatches, writes)
 	if err != nil {
 		return nil, fmt.Errorf("creating HTTP client: %w", err)
 	}

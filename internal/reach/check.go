@@ -36,24 +36,17 @@ func check(ctx context.Context, rc *rest.RESTClient, host string, timeout time.D
 }
 
 // restClient is a client for cfg's API server without a group-version,
-// sending through hc, a client built from cfg (nil: a new one): Check and
-// the probe ask for absolute paths. Like the member's own clients, it
-// sends a request refused with 401 once more after an exec plugin renewed
-// its credential, so that Check and the probe judge the fresh one.
+// sending through hc, a client built from cfg: Check and the probe ask for
+// absolute paths. Like the member's own clients, it sends a request
+// refused with 401 once more after an exec plugin renewed its credential,
+// so that Check and the probe judge the fresh one.
 func restClient(cfg *rest.Config, hc *http.Client) (*rest.RESTClient, error) {
 	c := rest.CopyConfig(cfg)
 	c.NegotiatedSerializer = serializer.WithoutConversionCodecFactory{CodecFactory: scheme.Codecs}
-	var err error
-	if hc == nil {
-		hc, err = rest.HTTPClientFor(c)
-	}
-	if err == nil && credential.Refreshes(c) {
+	if credential.Refreshes(c) {
 		hc = &http.Client{Transport: credential.RetryRefused(hc.Transport), Timeout: hc.Timeout, Jar: hc.Jar}
 	}
-	var rc *rest.RESTClient
-	if err == nil {
-		rc, err = rest.UnversionedRESTClientForConfigAndClient(c, hc)
-	}
+	rc, err := rest.UnversionedRESTClientForConfigAndClient(c, hc)
 	if err != nil {
 		return nil, config.RedactError(fmt.Errorf("building probe client for %s: %w", config.RedactURL(cfg.Host), err))
 	}

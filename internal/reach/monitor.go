@@ -116,14 +116,12 @@ type Monitor struct {
 	o    Options
 	obs  Observer
 	host string // redacted, for errors
-	// hc and version are how a probe asks: the member's own transport
-	// (through cfg, wrapped by the Monitor) and the URL of /version below
-	// the host's path, if it has one (a proxy in front of the cluster).
-	hc      *http.Client
+	// base is HTTPClient. rc, on it, is how Check and a probe ask; version
+	// is the URL of /version below the host's path, if it has one (a
+	// proxy in front of the cluster).
+	base    *http.Client
+	rc      *rest.RESTClient
 	version string
-	// base is HTTPClient; rc is Check's client, on base.
-	base *http.Client
-	rc   *rest.RESTClient
 
 	// running is set from Start until the Monitor has finished: before
 	// that, the member is starting and its start's own timeouts judge it.
@@ -163,8 +161,7 @@ func New(cfg *rest.Config, o Options, obs Observer) (*Monitor, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.base, m.rc = base, rc
-	m.hc, m.version = rc.Client, rc.Get().AbsPath("/version").URL().String()
+	m.base, m.rc, m.version = base, rc, rc.Get().AbsPath("/version").URL().String()
 	return m, nil
 }
 
@@ -356,7 +353,7 @@ func (m *Monitor) ask(ctx context.Context) (code int, err error) {
 		return 0, err
 	}
 	req.Header.Set("Accept", "application/json")
-	resp, err := m.hc.Do(req)
+	resp, err := m.rc.Client.Do(req)
 	if err != nil {
 		return 0, err
 	}

@@ -217,7 +217,7 @@ func TestProbeTellsWhatARESTClientTold(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rc, err := restClient(cfg, nil)
+			rc, err := restClient(cfg, m.HTTPClient())
 			if err != nil {
 				t.Fatal(err)
 			}
