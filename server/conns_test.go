@@ -25,6 +25,7 @@ import (
 // exec plugin dials through a tracker of its own, and client-go builds a
 // new transport for each client made from such a config: the member held
 // three connections. The other two share the connection pool's transport.
+// Once every connection is cut, the member comes back over one again.
 func TestOneConnectionPerMember(t *testing.T) {
 	host := fakeapi.New()
 	host.Start()
@@ -60,24 +61,39 @@ func TestOneConnectionPerMember(t *testing.T) {
 			f.Seed(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "x"}})
 			f.Start()
 			t.Cleanup(f.Close)
-			cfg := f.Config()
+			proxy := test.NewFaultProxy(t, f.Config())
+			cfg := proxy.Config()
 			tc.cred(t, cfg)
 			name := "conns-" + tc.name
 			if err := srv.Add(config.NewNamedConfig(name, cfg)); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = srv.Delete(name) })
-			waitPhase(t, srv, name, server.PhaseReady)
-			// Probes after the member became Ready: the probe's client
-			// has had its say.
-			ready := time.Now()
-			test.Eventually(t, 10*time.Second, "three probes after Ready", func() bool {
-				st, err := srv.Status(name)
-				return err == nil && st.Reachable && st.LastProbe.After(ready.Add(100*time.Millisecond))
+			waitProbed(t, srv, name)
+			if st := proxy.Stats(); st.Accepted != 1 || st.Open != 1 {
+				t.Errorf("%d connections made to the member's API server, %d open; want 1 and 1", st.Accepted, st.Open)
+			}
+
+			proxy.Cut()
+			test.Eventually(t, 10*time.Second, "the member back over one connection", func() bool {
+				return proxy.Stats().Open == 1
 			})
-			if n := f.Conns(); n != 1 {
-				t.Errorf("%d connections open to the member's API server, want 1", n)
+			waitProbed(t, srv, name)
+			if n := proxy.Stats().Open; n != 1 {
+				t.Errorf("after a cut: %d connections open to the member's API server, want 1", n)
 			}
 		})
 	}
+}
+
+// waitProbed waits for name to be Ready and probed since (the probe's
+// client has had its say).
+func waitProbed(t *testing.T, srv *server.Server, name string) {
+	t.Helper()
+	waitPhase(t, srv, name, server.PhaseReady)
+	ready := time.Now()
+	test.Eventually(t, 10*time.Second, name+" probed after Ready", func() bool {
+		st, err := srv.Status(name)
+		return err == nil && st.Phase == server.PhaseReady && st.Reachable && st.LastProbe.After(ready.Add(100*time.Millisecond))
+	})
 }

@@ -10,7 +10,6 @@ import (
 	"io"
 	"log"
 	"maps"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -41,7 +40,6 @@ type Server struct {
 	closeOnce sync.Once
 
 	requests     atomic.Int64
-	conns        atomic.Int64 // open client connections
 	latency      atomic.Int64 // a time.Duration
 	unauthorized atomic.Bool
 
@@ -102,15 +100,6 @@ func (s *Server) Start() {
 	// Clients that give up mid-handshake are routine in fault tests.
 	s.ts.Config.ErrorLog = log.New(io.Discard, "", 0)
 	s.ts.EnableHTTP2 = s.http2
-	s.ts.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		switch st {
-		case http.StateNew:
-			s.conns.Add(1)
-		case http.StateClosed, http.StateHijacked:
-			s.conns.Add(-1)
-		default:
-		}
-	}
 	if s.cert != nil {
 		s.ts.TLS = &tls.Config{Certificates: []tls.Certificate{*s.cert}}
 	}
@@ -142,9 +131,6 @@ func (s *Server) Close() {
 		}
 	})
 }
-
-// Conns is how many client connections are open.
-func (s *Server) Conns() int { return int(s.conns.Load()) }
 
 // SetLatency delays every request that arrives from now on by d; 0 turns
 // it off. Events on watches already open are not delayed.
