@@ -395,94 +395,114 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
+// identities is a Pool in front of a test server with a lease of the
+// identity "stays" held, and leases of other identities (tokens) to come
+// and go; built counts the mappers built.
+type identities struct {
+	t     *testing.T
+	p     Pool
+	base  *rest.Config
+	stays *Lease
+	built int
+}
+
+func newIdentities(t *testing.T) *identities {
+	srv, _ := server(t)
+	id := &identities{t: t, base: &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, BearerToken: "stays"}}
+	id.stays, _ = id.p.Acquire(id.base)
+	t.Cleanup(id.stays.Release)
+	id.useMapper(id.stays)
+	return id
+}
+
+// acquire leases the server with token's identity.
+func (id *identities) acquire(token string) *Lease {
+	cfg := rest.CopyConfig(id.base)
+	cfg.BearerToken = token
+	l, err := id.p.Acquire(cfg)
+	if err != nil {
+		id.t.Fatal(err)
+	}
+	return l
+}
+
+// useMapper asks for l's shared mapper, as a member's build does.
+func (id *identities) useMapper(l *Lease) {
+	id.t.Helper()
+	if _, err := l.MapperProvider(func(*rest.Config, *http.Client) (meta.RESTMapper, error) {
+		id.built++
+		return meta.NewDefaultRESTMapper(nil), nil
+	})(l.Config, &http.Client{}); err != nil {
+		id.t.Fatal(err)
+	}
+}
+
+// mappers counts the shared mappers of the server's transport.
+func (id *identities) mappers() int {
+	e := id.stays.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.mappers)
+}
+
+// kept reports whether the mapper of l's identity is still there.
+func (id *identities) kept(l *Lease) bool {
+	e := id.stays.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.mappers[l.ident]
+	return ok
+}
+
 // TestPoolForgetsMappersOfIdentitiesGone: of the identities no lease holds
 // any more, only the last few keep their shared mapper (for a member that
 // comes back, as TestPoolSharedMapperSendsHeldCredentials's does), though
 // the transport stays (another lease holds it): credentials that rotate,
 // each rotation a new identity, leave no trail of mappers.
 func TestPoolForgetsMappersOfIdentitiesGone(t *testing.T) {
-	srv, _ := server(t)
-	var p Pool
-	base := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, BearerToken: "stays"}
-	stays, _ := p.Acquire(base)
-	defer stays.Release()
-	built := 0
-	useMapper := func(l *Lease) {
-		t.Helper()
-		if _, err := l.MapperProvider(func(*rest.Config, *http.Client) (meta.RESTMapper, error) {
-			built++
-			return meta.NewDefaultRESTMapper(nil), nil
-		})(l.Config, &http.Client{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	useMapper(stays)
+	id := newIdentities(t)
 	for i := range 20 {
-		cfg := rest.CopyConfig(base)
-		cfg.BearerToken = fmt.Sprintf("rotated-%d", i)
-		a, _ := p.Acquire(cfg)
-		b, _ := p.Acquire(cfg)
-		useMapper(a)
-		useMapper(b)
+		token := fmt.Sprintf("rotated-%d", i)
+		a, b := id.acquire(token), id.acquire(token)
+		id.useMapper(a)
+		id.useMapper(b)
 		a.Release()
-		if n, want := mappers(stays), 2+min(i, maxIdleMappers); n != want {
+		if n, want := id.mappers(), 2+min(i, maxIdleMappers); n != want {
 			t.Fatalf("round %d: %d mappers while a lease of the rotated identity is still held, want %d", i, n, want)
 		}
 		b.Release()
 		b.Release() // idempotent
 	}
-	if n := mappers(stays); n != 1+maxIdleMappers {
+	if n := id.mappers(); n != 1+maxIdleMappers {
 		t.Errorf("%d mappers after 20 identities came and went, want %d (the one still held and the last %d gone)", n, 1+maxIdleMappers, maxIdleMappers)
 	}
 	// The last identity to go finds its mapper again; the first one
 	// gets a new one.
 	for _, token := range []string{"rotated-19", "rotated-0"} {
-		cfg := rest.CopyConfig(base)
-		cfg.BearerToken = token
-		l, _ := p.Acquire(cfg)
-		useMapper(l)
+		l := id.acquire(token)
+		id.useMapper(l)
 		l.Release()
 	}
-	if built != 22 {
-		t.Errorf("built %d mappers, want 22 (one per identity, and rotated-0's again)", built)
+	if id.built != 22 {
+		t.Errorf("built %d mappers, want 22 (one per identity, and rotated-0's again)", id.built)
 	}
-}
-
-// mappers counts the shared mappers of l's transport.
-func mappers(l *Lease) int {
-	l.e.mu.Lock()
-	defer l.e.mu.Unlock()
-	return len(l.e.mappers)
 }
 
 // TestPoolReleaseTwiceKeepsTheLastIdentities: a lease released a second
 // time does not count as its identity going again: the identities kept
 // are still the last to go.
 func TestPoolReleaseTwiceKeepsTheLastIdentities(t *testing.T) {
-	srv, _ := server(t)
-	var p Pool
-	base := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, BearerToken: "stays"}
-	stays, _ := p.Acquire(base)
-	defer stays.Release()
+	id := newIdentities(t)
 	gone := make([]*Lease, 0, maxIdleMappers+1)
 	for i := range maxIdleMappers + 1 {
-		cfg := rest.CopyConfig(base)
-		cfg.BearerToken = fmt.Sprintf("id-%d", i)
-		l, _ := p.Acquire(cfg)
-		if _, err := l.MapperProvider(func(*rest.Config, *http.Client) (meta.RESTMapper, error) {
-			return meta.NewDefaultRESTMapper(nil), nil
-		})(l.Config, &http.Client{}); err != nil {
-			t.Fatal(err)
-		}
+		l := id.acquire(fmt.Sprintf("id-%d", i))
+		id.useMapper(l)
 		l.Release()
 		gone = append(gone, l)
 		gone[0].Release() // again, after each identity went
 	}
-	stays.e.mu.Lock()
-	defer stays.e.mu.Unlock()
 	for i, l := range gone {
-		_, kept := stays.e.mappers[l.ident]
-		if want := i > 0; kept != want {
+		if kept, want := id.kept(l), i > 0; kept != want {
 			t.Errorf("id-%d's mapper kept: %v, want %v (the last %d identities to go keep theirs)", i, kept, want, maxIdleMappers)
 		}
 	}
