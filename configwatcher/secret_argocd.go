@@ -1,6 +1,7 @@
 package configwatcher
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -144,8 +146,9 @@ func argoCDProperties(s *corev1.Secret) map[string]string {
 // its own credentials (host, the config the watcher was given), or, when
 // the Secret's config carries a username, password or bearer token, at the
 // same address and with the same trust but with those credentials alone.
-// The rest of the Secret's config (TLS client settings, proxy, plugins)
-// is ignored there, as Argo CD ignores it.
+// The Secret's TLS client settings and plugins are ignored there, as Argo
+// CD ignores them; its proxy and disableCompression apply (argoCDConfig
+// sets them), as Argo CD applies them to every cluster.
 func argoCDInClusterConfig(host *rest.Config, ac *argoCDClusterConfig) *rest.Config {
 	if ac.Username == "" && ac.Password == "" && ac.BearerToken == "" {
 		return rest.CopyConfig(host)
@@ -158,6 +161,11 @@ func argoCDInClusterConfig(host *rest.Config, ac *argoCDClusterConfig) *rest.Con
 // argoCDClusterConfig is the part of the JSON in an Argo CD cluster
 // Secret's "config" key that says how to reach the cluster. Fields Argo CD
 // adds later are ignored.
+//
+// As Argo CD reads it: awsAuthConfig, else execProviderConfig, else the
+// username, password and bearer token say who the client is; a plugin
+// leaves the static credentials unused (a token left over from before the
+// plugin would otherwise be sent, and the plugin never run).
 type argoCDClusterConfig struct {
 	Username           string                `json:"username,omitempty"`
 	Password           string                `json:"password,omitempty"`
@@ -190,7 +198,14 @@ type argoCDExecConfig struct {
 	Env         map[string]string `json:"env,omitempty"`
 	APIVersion  string            `json:"apiVersion,omitempty"`
 	InstallHint string            `json:"installHint,omitempty"`
+	// ProvideClusterInfo hands the plugin the cluster (KUBERNETES_EXEC_INFO),
+	// with Config as the cluster's exec extension (Argo CD 3.5).
+	ProvideClusterInfo bool            `json:"provideClusterInfo,omitempty"`
+	Config             json.RawMessage `json:"config,omitempty"`
 }
+
+// argoCDProxySchemes are the proxyUrl schemes Argo CD accepts.
+var argoCDProxySchemes = []string{"http", "https", "socks5"}
 
 // argoCDExecAPIVersion is the ExecCredential version asked of plugins that
 // name none, as Argo CD does.
@@ -239,16 +254,29 @@ func argoCDConfig(data map[string][]byte, allowPlugins bool, inCluster *rest.Con
 			return fail("%q is not a JSON cluster config: %s", argoCDConfigKey, config.Redact(err.Error()))
 		}
 	}
+	// Argo CD applies the proxy and compression settings to every
+	// cluster, the one it runs in included.
+	var proxy func(*http.Request) (*url.URL, error)
+	if ac.ProxyURL != "" {
+		pu, err := url.Parse(ac.ProxyURL)
+		if err != nil || pu.Host == "" || !slices.Contains(argoCDProxySchemes, pu.Scheme) {
+			return fail("proxyUrl %s is not an absolute %s URL", quoteURL(ac.ProxyURL), strings.Join(argoCDProxySchemes, ", "))
+		}
+		proxy = http.ProxyURL(pu)
+	}
 	if isInCluster {
-		return name, argoCDInClusterConfig(inCluster, &ac), nil
+		cfg := argoCDInClusterConfig(inCluster, &ac)
+		if proxy != nil {
+			cfg.Proxy = proxy
+		}
+		cfg.DisableCompression = cfg.DisableCompression || ac.DisableCompression
+		return name, cfg, nil
 	}
 
 	cfg := &rest.Config{
 		Host:               server,
-		Username:           ac.Username,
-		Password:           ac.Password,
-		BearerToken:        ac.BearerToken,
 		DisableCompression: ac.DisableCompression,
+		Proxy:              proxy,
 		TLSClientConfig: rest.TLSClientConfig{
 			Insecure:   ac.TLSClientConfig.Insecure,
 			ServerName: ac.TLSClientConfig.ServerName,
@@ -257,24 +285,10 @@ func argoCDConfig(data map[string][]byte, allowPlugins bool, inCluster *rest.Con
 			CAData:     ac.TLSClientConfig.CAData,
 		},
 	}
-	if ac.ProxyURL != "" {
-		pu, err := url.Parse(ac.ProxyURL)
-		if err != nil || pu.Scheme == "" || pu.Host == "" {
-			return fail("proxyUrl %s is not an absolute URL", quoteURL(ac.ProxyURL))
-		}
-		cfg.Proxy = http.ProxyURL(pu)
-	}
+	// Argo CD's order: awsAuthConfig first (a Secret with both plugins
+	// gets the AWS one), then execProviderConfig, then the static
+	// credentials, which a plugin leaves unused.
 	switch {
-	case ac.ExecProviderConfig != nil && ac.AWSAuthConfig != nil:
-		return fail("both execProviderConfig and awsAuthConfig are set")
-	case ac.ExecProviderConfig != nil:
-		if !allowPlugins {
-			return name, nil, fmt.Errorf("cluster %s: %w: its config has an execProviderConfig", config.QuoteName(name), config.ErrAuthPluginRefused)
-		}
-		if ac.ExecProviderConfig.Command == "" {
-			return fail("execProviderConfig has no command")
-		}
-		cfg.ExecProvider = argoCDExec(ac.ExecProviderConfig)
 	case ac.AWSAuthConfig != nil:
 		if !allowPlugins {
 			return name, nil, fmt.Errorf("cluster %s: %w: its config has an awsAuthConfig", config.QuoteName(name), config.ErrAuthPluginRefused)
@@ -283,6 +297,16 @@ func argoCDConfig(data map[string][]byte, allowPlugins bool, inCluster *rest.Con
 			return fail("awsAuthConfig has no clusterName")
 		}
 		cfg.ExecProvider = argoCDAWSExec(ac.AWSAuthConfig)
+	case ac.ExecProviderConfig != nil:
+		if !allowPlugins {
+			return name, nil, fmt.Errorf("cluster %s: %w: its config has an execProviderConfig", config.QuoteName(name), config.ErrAuthPluginRefused)
+		}
+		if ac.ExecProviderConfig.Command == "" {
+			return fail("execProviderConfig has no command")
+		}
+		cfg.ExecProvider = argoCDExec(ac.ExecProviderConfig)
+	default:
+		cfg.Username, cfg.Password, cfg.BearerToken = ac.Username, ac.Password, ac.BearerToken
 	}
 	if err := checkRESTConfig(cfg); err != nil {
 		return fail("%s", err)
@@ -303,14 +327,20 @@ func argoCDExec(e *argoCDExecConfig) *clientcmdapi.ExecConfig {
 	if apiVersion == "" {
 		apiVersion = argoCDExecAPIVersion
 	}
-	return &clientcmdapi.ExecConfig{
-		Command:         e.Command,
-		Args:            slices.Clone(e.Args),
-		Env:             env,
-		APIVersion:      apiVersion,
-		InstallHint:     e.InstallHint,
-		InteractiveMode: clientcmdapi.NeverExecInteractiveMode,
+	x := &clientcmdapi.ExecConfig{
+		Command:            e.Command,
+		Args:               slices.Clone(e.Args),
+		Env:                env,
+		APIVersion:         apiVersion,
+		InstallHint:        e.InstallHint,
+		ProvideClusterInfo: e.ProvideClusterInfo,
+		InteractiveMode:    clientcmdapi.NeverExecInteractiveMode,
 	}
+	// "config": null is no config, as Argo CD decodes it.
+	if raw := bytes.TrimSpace(e.Config); len(raw) > 0 && !bytes.Equal(raw, []byte("null")) {
+		x.Config = &runtime.Unknown{Raw: slices.Clone(raw), ContentType: runtime.ContentTypeJSON}
+	}
+	return x
 }
 
 // argoCDAWSExec gets EKS tokens from the AWS CLI, which is what Argo CD's
