@@ -29,6 +29,12 @@ type Member struct {
 	// write already sent gets Options.WriteGrace more for its answer. Nil
 	// when Client is nil.
 	Context context.Context
+	// Reachable, when set, ends with Context and also when the cluster is
+	// marked unreachable, its cause then the error a fleet-wide List
+	// reports for the cluster (wrapping ErrClusterUnreachable): a
+	// fleet-wide List waiting on the cluster stops waiting then. Calls
+	// aimed at the cluster alone do not use it. Nil: Context alone.
+	Reachable context.Context
 	// Err, when set, is why a fleet-wide List cannot read the cluster now;
 	// it wraps ErrClusterNotReady or ErrClusterUnreachable.
 	Err error
@@ -150,10 +156,11 @@ func (c *Client) readLive(ctx context.Context, call func(context.Context, crclie
 }
 
 // readError is what a failed read returns: the API server's answer as it
-// is; any other error that comes back after the cluster's route ended is
-// reported as the cluster leaving or restarting.
+// is; any other error that comes back after the cluster's route ended, or
+// that says its member stopped under the read, is reported as the cluster
+// leaving, stopping or restarting, while ctx runs.
 func (c *Client) readError(ctx context.Context, m Member, err error) error {
-	if m.Context != nil && m.Context.Err() != nil && ctx.Err() == nil && !isAnswer(err) {
+	if ctx.Err() == nil && !isAnswer(err) && memberStopped(m, err) {
 		return c.routeEnded(m.Name)
 	}
 	return err
@@ -219,7 +226,7 @@ func (c *Client) routeEnded(name string) error {
 	if _, err := c.fleet.Route(name); errors.Is(err, ErrClusterNotFound) {
 		return fmt.Errorf("cluster %q left the fleet during the call: %w", name, ErrClusterNotFound)
 	}
-	return fmt.Errorf("cluster %q restarted during the call: %w", name, ErrClusterNotReady)
+	return fmt.Errorf("cluster %q stopped or restarted during the call: %w", name, ErrClusterNotReady)
 }
 
 // Get reads through the client of the cluster named in ctx: from its
@@ -274,17 +281,24 @@ func (c *Client) Update(ctx context.Context, obj crclient.Object, opts ...crclie
 
 // Patch patches obj in the cluster named in ctx.
 // known.ClusterAnnotation, which a fleet-wide List sets, is removed from obj
-// first.
+// first, and the patch sent never mentions it: a patch computed from a
+// listed item (client.MergeFrom of one) changes the annotations the caller
+// changed, and no other.
 func (c *Client) Patch(ctx context.Context, obj crclient.Object, patch crclient.Patch, opts ...crclient.PatchOption) error {
+	name, _ := known.ClusterFrom(ctx)
 	return c.write(ctx, func(ctx context.Context, cl crclient.Client) error {
 		stripClusterAnnotation(obj)
-		return cl.Patch(ctx, obj, patch, opts...)
+		return cl.Patch(ctx, obj, unmarked(patch, name), opts...)
 	})
 }
 
-// Apply server-side applies obj in the cluster named in ctx.
+// Apply server-side applies obj in the cluster named in ctx. An apply
+// configuration made from a listed item is sent without
+// known.ClusterAnnotation (obj itself is not changed to send it).
 func (c *Client) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...crclient.ApplyOption) error {
-	return c.write(ctx, func(ctx context.Context, cl crclient.Client) error { return cl.Apply(ctx, obj, opts...) })
+	return c.write(ctx, func(ctx context.Context, cl crclient.Client) error {
+		return applyUnmarked(obj, func(ac runtime.ApplyConfiguration) error { return cl.Apply(ctx, ac, opts...) })
+	})
 }
 
 // DeleteAllOf deletes every matching object of obj's kind in the cluster
@@ -354,23 +368,15 @@ func (s *subResourceClient) Update(ctx context.Context, obj crclient.Object, opt
 }
 
 func (s *subResourceClient) Patch(ctx context.Context, obj crclient.Object, patch crclient.Patch, opts ...crclient.SubResourcePatchOption) error {
+	name, _ := known.ClusterFrom(ctx)
 	return s.do(ctx, func(ctx context.Context, cl crclient.SubResourceClient) error {
 		stripClusterAnnotation(obj)
-		return cl.Patch(ctx, obj, patch, opts...)
+		return cl.Patch(ctx, obj, unmarked(patch, name), opts...)
 	})
 }
 
 func (s *subResourceClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...crclient.SubResourceApplyOption) error {
-	return s.do(ctx, func(ctx context.Context, cl crclient.SubResourceClient) error { return cl.Apply(ctx, obj, opts...) })
-}
-
-// stripClusterAnnotation removes the annotation a fleet-wide List put on a
-// returned copy, so that writing the copy back never stores it.
-func stripClusterAnnotation(obj crclient.Object) {
-	a := obj.GetAnnotations()
-	if _, ok := a[known.ClusterAnnotation]; !ok {
-		return
-	}
-	delete(a, known.ClusterAnnotation)
-	obj.SetAnnotations(a)
+	return s.do(ctx, func(ctx context.Context, cl crclient.SubResourceClient) error {
+		return applyUnmarked(obj, func(ac runtime.ApplyConfiguration) error { return cl.Apply(ctx, ac, opts...) })
+	})
 }

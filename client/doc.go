@@ -127,8 +127,12 @@
 // their annotation maps), and Create, Update and Patch, and Update and
 // Patch of Status() and SubResource(name), remove it from the object before
 // sending it, so a listed item can be written back as is without the
-// annotation ever reaching an API server. A one-cluster List does not set
-// it.
+// annotation ever reaching an API server. A patch never mentions it,
+// whatever its type: one computed from a listed item (client.MergeFrom of
+// it) changes the annotations the caller changed and no other. Apply (and
+// that of Status() and SubResource(name)) sends an apply configuration
+// made from a listed item without it, leaving the caller's configuration
+// as it was. A one-cluster List does not set it.
 //
 // The list's resourceVersion and continue token are cleared: one
 // cluster's means nothing for the union.
@@ -145,8 +149,10 @@
 // with its error, and Total says how many clusters were asked. The list
 // still holds the items of every cluster that answered. A cluster cannot
 // be read when it is not Ready (ErrClusterNotReady), when a name given to
-// known.WithClusters is unknown (ErrClusterNotFound), when it is marked
-// unreachable (ErrClusterUnreachable, below), or when its List fails.
+// known.WithClusters is unknown (ErrClusterNotFound) or, with sharding, a
+// cluster another replica runs (an *ElsewhereError, as for a call aimed at
+// it), when it is marked unreachable (ErrClusterUnreachable, below), or
+// when its List fails.
 // errors.Is sees through a ListError to each cluster's error.
 //
 // To take what there is, pass a *Partial:
@@ -170,7 +176,9 @@
 // Server has seen the member's requests fail to reach its API server, it
 // marks the member unreachable, and fleet-wide Lists report it as failed
 // with ErrClusterUnreachable (in a ListError, or in Partial.Failed) until
-// one of the member's requests gets an answer again.
+// one of the member's requests gets an answer again; a fleet-wide List
+// already waiting on the member (for a cache to sync) stops waiting and
+// reports it so too.
 //
 // # Pagination
 //

@@ -188,33 +188,57 @@ func fleetListOptions(opts []crclient.ListOption) (*Partial, []crclient.ListOpti
 
 // listMember lists cluster m of a fleet-wide List into list and marks the
 // items (see markItems for shared). It returns errLeftFleet when the
-// cluster left the fleet during the call.
+// cluster left the fleet during the call, and the cluster's error (wrapping
+// ErrClusterUnreachable) when it was marked unreachable while the List
+// waited on it.
 func (c *Client) listMember(ctx context.Context, m Member, list crclient.ObjectList, fwd []crclient.ListOption, shared bool) error {
 	for retried := false; ; retried = true {
-		lctx, done := routeContext(ctx, m.Context)
+		lctx, done := routeContext(ctx, m.waitContext())
 		err := m.Client.List(lctx, list, fwd...)
 		done()
-		if err == nil {
+		switch {
+		case err == nil:
 			return markItems(list, m.Name, shared)
-		}
-		if m.Context == nil || m.Context.Err() == nil || ctx.Err() != nil {
+		case ctx.Err() != nil:
+			return err
+		case !memberStopped(m, err):
+			if m.Reachable != nil && m.Reachable.Err() != nil && !isAnswer(err) {
+				return context.Cause(m.Reachable)
+			}
 			return err
 		}
-		// The cluster left the fleet or restarted while we listed it.
-		// Deleted: it is no longer part of the answer, and its error (a
+		// The cluster left the fleet, restarted or stopped while we listed
+		// it. Deleted: it is no longer part of the answer, and its error (a
 		// stopped cache) is not the caller's problem. Restarted: ask the
-		// new Manager, once; restarted again: not ready.
+		// new Manager, once; restarted again, or stopped: not ready.
 		now, ok := c.member(m.Name)
 		switch {
 		case !ok:
 			return errLeftFleet
 		case now.Err != nil:
 			return now.Err
-		case retried:
-			return fmt.Errorf("cluster %q restarted during the List: %w", m.Name, ErrClusterNotReady)
+		case retried || now.Context == m.Context:
+			return fmt.Errorf("cluster %q stopped or restarted during the List: %w", m.Name, ErrClusterNotReady)
 		}
 		m = now
 	}
+}
+
+// waitContext is the context a fleet-wide List waits on m under.
+func (m Member) waitContext() context.Context {
+	if m.Reachable != nil {
+		return m.Reachable
+	}
+	return m.Context
+}
+
+// memberStopped reports whether a call to m that failed with err (no
+// answer of the API server) was cut because m stopped: its route ended,
+// or its Manager stopped before the route did (a member that fails ends
+// its Manager first), which the member's client reports with an error
+// wrapping ErrClusterNotReady.
+func memberStopped(m Member, err error) bool {
+	return m.Context != nil && m.Context.Err() != nil || errors.Is(err, ErrClusterNotReady)
 }
 
 // routeContext returns a context that ends with ctx or when the cluster's
@@ -234,8 +258,10 @@ func routeContext(ctx, route context.Context) (context.Context, func()) {
 }
 
 // targets resolves which clusters a fleet-wide List reads, sorted by name:
-// the whole fleet, or the clusters named with known.WithClusters (an
-// unknown name becomes a target that fails with ErrClusterNotFound).
+// the whole fleet, or the clusters named with known.WithClusters (a name
+// that is not among this replica's members becomes a target that fails as
+// a call aimed at it does: ErrClusterNotFound, or an *ElsewhereError for a
+// cluster another replica runs).
 func (c *Client) targets(ctx context.Context) []Member {
 	all := c.fleet.Members()
 	names, subset := known.ClustersFrom(ctx)
@@ -247,12 +273,24 @@ func (c *Client) targets(ctx context.Context) []Member {
 	for _, n := range names {
 		i, ok := slices.BinarySearchFunc(all, n, byName)
 		if !ok {
-			out = append(out, Member{Name: n, Err: NotFound(n)})
+			out = append(out, c.absent(n))
 			continue
 		}
 		out = append(out, all[i])
 	}
 	return out
+}
+
+// absent returns the target of a fleet-wide List for a name that is not
+// among the fleet's members: one that fails with the error a call aimed at
+// the cluster gets.
+func (c *Client) absent(name string) Member {
+	_, err := c.fleet.Route(name)
+	if err == nil {
+		// Joined since Members was read: as if the List had started first.
+		err = NotFound(name)
+	}
+	return Member{Name: name, Err: err}
 }
 
 // member returns the fleet's current entry for name.

@@ -8,12 +8,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes/scheme"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	mcclient "github.com/mccr-dev/mccr/client"
 	"github.com/mccr-dev/mccr/internal/router"
@@ -208,4 +210,130 @@ func TestRoutingWhileTheTableChanges(t *testing.T) {
 	}
 	stop.Store(true)
 	wg.Wait()
+}
+
+// TestFleetListNamingAClusterElsewhere: with sharding, a fleet-wide List
+// over known.WithClusters naming a cluster another replica runs reports it
+// as a call aimed at it does, with an *ElsewhereError naming the owner, not
+// as a cluster the fleet does not know.
+func TestFleetListNamingAClusterElsewhere(t *testing.T) {
+	var table router.Table
+	table.Set("east", fake.NewClientBuilder().WithObjects(configMap("ns", "x", nil)).Build(), true)
+	table.SetElsewhere("west", "replica-2")
+	c := mcclient.New(&table, mcclient.Options{Scheme: scheme.Scheme})
+	ctx := known.WithClusters(context.Background(), "east", "west", "nowhere")
+
+	var list corev1.ConfigMapList
+	err := c.List(ctx, &list)
+	if !errors.Is(err, mcclient.ErrClusterElsewhere) || len(list.Items) != 1 {
+		t.Errorf("List over east, west = %v, %d items; want ErrClusterElsewhere beside east's item", err, len(list.Items))
+	}
+	var partial mcclient.Partial
+	if err := c.List(ctx, &list, &partial); err != nil {
+		t.Fatalf("List with Partial = %v", err)
+	}
+	west := partial.Failed["west"]
+	var ee *mcclient.ElsewhereError
+	if !errors.As(west, &ee) || ee.Owner != "replica-2" || errors.Is(west, mcclient.ErrClusterNotFound) {
+		t.Errorf("west failed with %v, want an *ElsewhereError naming replica-2", west)
+	}
+	if nowhere := partial.Failed["nowhere"]; !errors.Is(nowhere, mcclient.ErrClusterNotFound) {
+		t.Errorf("an unknown name failed with %v, want ErrClusterNotFound", nowhere)
+	}
+	if _, ok := partial.Failed["east"]; ok || len(partial.Failed) != 2 {
+		t.Errorf("Partial.Failed = %v", partial.Failed)
+	}
+}
+
+// hanging returns a member client whose Get and List wait for their ctx,
+// as a cache waiting for an API server that does not answer does; entered
+// receives a value as each starts waiting.
+func hanging(entered chan<- string) crclient.Client {
+	return fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+		Get: func(ctx context.Context, _ crclient.WithWatch, _ crclient.ObjectKey, _ crclient.Object, _ ...crclient.GetOption) error {
+			entered <- "Get"
+			<-ctx.Done()
+			return ctx.Err()
+		},
+		List: func(ctx context.Context, _ crclient.WithWatch, _ crclient.ObjectList, _ ...crclient.ListOption) error {
+			entered <- "List"
+			<-ctx.Done()
+			return ctx.Err()
+		},
+	}).Build()
+}
+
+// TestFleetListWaitingOnAClusterMarkedUnreachable: a fleet-wide List
+// already waiting on a member stops waiting when the member is marked
+// unreachable and reports it as a List started then does; a call aimed at
+// the member alone keeps waiting, on its own ctx.
+func TestFleetListWaitingOnAClusterMarkedUnreachable(t *testing.T) {
+	var table router.Table
+	entered := make(chan string, 2)
+	table.Set("down", hanging(entered), true)
+	table.Set("up", fake.NewClientBuilder().WithObjects(configMap("ns", "x", nil)).Build(), true)
+	c := mcclient.New(&table, mcclient.Options{Scheme: scheme.Scheme})
+
+	getCtx, cancelGet := context.WithCancel(in("down"))
+	defer cancelGet()
+	got := make(chan error, 1)
+	go func() {
+		var cm corev1.ConfigMap
+		got <- c.Get(getCtx, crclient.ObjectKey{Namespace: "ns", Name: "x"}, &cm)
+	}()
+	var partial mcclient.Partial
+	var list corev1.ConfigMapList
+	listed := make(chan error, 1)
+	go func() { listed <- c.List(context.Background(), &list, &partial) }()
+	for range 2 {
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the calls did not reach the member")
+		}
+	}
+
+	cause := errors.New("dial tcp: i/o timeout")
+	table.SetUnreachable("down", cause)
+	select {
+	case err := <-listed:
+		if err != nil {
+			t.Fatalf("List with Partial = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fleet-wide List still waits on a member marked unreachable")
+	}
+	if f := partial.Failed["down"]; !errors.Is(f, mcclient.ErrClusterUnreachable) || !errors.Is(f, cause) || len(partial.Failed) != 1 {
+		t.Errorf("Partial.Failed = %v, want down unreachable", partial.Failed)
+	}
+	if len(list.Items) != 1 || list.Items[0].Annotations[known.ClusterAnnotation] != "up" {
+		t.Errorf("items = %v, want up's", list.Items)
+	}
+	select {
+	case err := <-got:
+		t.Errorf("a Get aimed at the member ended when it was marked unreachable: %v", err)
+	default:
+	}
+	cancelGet()
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Errorf("Get whose ctx was canceled = %v", err)
+	}
+
+	// Reachable again: a List waits on it again, until its route ends.
+	table.SetUnreachable("down", nil)
+	go func() { listed <- c.List(context.Background(), &list, &partial) }()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the List did not reach the member")
+	}
+	table.Set("down", nil, false)
+	select {
+	case err := <-listed:
+		if err != nil || !errors.Is(partial.Failed["down"], mcclient.ErrClusterNotReady) {
+			t.Errorf("List = %v, failed %v; want down not ready", err, partial.Failed)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the fleet-wide List still waits on a member whose route ended")
+	}
 }

@@ -168,9 +168,6 @@ func itemType(list reflect.Type) reflect.Type {
 	return reflect.PointerTo(f.Type.Elem())
 }
 
-// errMemberStopped ends a read that waited on a member that stopped.
-var errMemberStopped = errors.New("member cluster stopped while the read waited for its cache")
-
 func (c *syncNotifyingCache) waitingRead(ctx context.Context, t reflect.Type, read func(context.Context) error) error {
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

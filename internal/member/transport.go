@@ -129,6 +129,11 @@ var (
 	// grace after the member's lifetime ended. The API server may have
 	// applied it.
 	errWriteGraceEnded = errors.New("member cluster stopped and the write's answer did not come within its grace")
+	// errMemberStopped ends a read that waited on a member that stopped
+	// (for its cache, or for its API server's answer) while the read's own
+	// context still ran: the cluster is not ready, as the fan-out client
+	// tells its callers, and the caller's context was not canceled.
+	errMemberStopped = fmt.Errorf("member cluster stopped during the read: %w", client.ErrClusterNotReady)
 )
 
 func (t *lifetimeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -147,10 +152,42 @@ func (t *lifetimeTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	if err != nil {
 		stop()
 		cancel(nil)
-		return nil, err
+		return nil, stoppedRead(ctx, req, err)
 	}
-	resp.Body = &releasingBody{ReadCloser: resp.Body, release: func() { stop(); cancel(nil) }}
+	body := &releasingBody{ReadCloser: resp.Body, release: func() { stop(); cancel(nil) }}
+	resp.Body = body
+	if !isWrite(req) {
+		resp.Body = &readBody{releasingBody: body, req: req, ctx: ctx}
+	}
 	return resp, nil
+}
+
+// stoppedRead is the error of a read request sent under ctx (req's context
+// cut when the member stops): errMemberStopped when the member's stop cut
+// it while req's own context still runs, rather than the context.Canceled
+// the cut leaves, which would tell the caller its own context ended; err
+// otherwise. A write keeps its error: it may have been sent.
+func stoppedRead(ctx context.Context, req *http.Request, err error) error {
+	if isWrite(req) || req.Context().Err() != nil || !errors.Is(context.Cause(ctx), errMemberStopped) {
+		return err
+	}
+	return errMemberStopped
+}
+
+// readBody is the body of a read's answer: reading it fails with
+// errMemberStopped when the member's stop cuts it (see stoppedRead).
+type readBody struct {
+	*releasingBody
+	req *http.Request
+	ctx context.Context
+}
+
+func (b *readBody) Read(p []byte) (int, error) {
+	n, err := b.releasingBody.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		err = stoppedRead(b.ctx, b.req, err)
+	}
+	return n, err
 }
 
 // leanRoundTrip sends a request of an informer of the member's cache's

@@ -38,6 +38,12 @@ type route struct {
 	// removed, or no longer Ready). Nil when client is.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// reach ends with ctx, and when the cluster is marked unreachable
+	// (cause: the error fleet-wide Lists report), so that a fleet-wide
+	// List waiting on the cluster stops waiting then. A route marked
+	// reachable again gets a new one. Nil when client is.
+	reach       context.Context
+	reachCancel context.CancelCauseFunc
 	// unreachable is the error that made the cluster's API server count as
 	// unreachable, nil while it is reachable.
 	unreachable error
@@ -187,6 +193,7 @@ func (t *Table) Set(name string, c crclient.Client, ready bool) {
 		r := &route{client: c, ready: ready}
 		if c != nil {
 			r.ctx, r.cancel = context.WithCancel(context.Background())
+			r.reach, r.reachCancel = context.WithCancelCause(r.ctx)
 		}
 		return r
 	})
@@ -222,9 +229,10 @@ func (t *Table) Remove(name string) {
 // be reached (err non-nil) or can be again (err nil). While it is marked,
 // fleet-wide Lists report the cluster as failed with an error wrapping
 // client.ErrClusterUnreachable instead of serving its possibly stale
-// cache; calls aimed at the cluster alone are unaffected. Only the first
-// error of an outage is kept, so repeated reports cost one atomic load.
-// Unknown and not-Ready names are ignored.
+// cache, and those already waiting on the cluster (for a cache to sync)
+// stop waiting and report it so; calls aimed at the cluster alone are
+// unaffected. Only the first error of an outage is kept, so repeated
+// reports cost one atomic load. Unknown and not-Ready names are ignored.
 func (t *Table) SetUnreachable(name string, err error) {
 	r, ok := t.load().get(name)
 	if !ok || r.client == nil || (r.unreachable == nil) == (err == nil) {
@@ -236,6 +244,11 @@ func (t *Table) SetUnreachable(name string, err error) {
 		}
 		next := *old
 		next.unreachable = err
+		if err != nil {
+			old.reachCancel(client.Unreachable(name, err))
+		} else {
+			next.reach, next.reachCancel = context.WithCancelCause(next.ctx)
+		}
 		return &next
 	})
 }
@@ -290,7 +303,7 @@ func (s *snapshot) listsOf() lists {
 		if r.elsewhere {
 			continue // another replica's: not in this one's fleet-wide calls
 		}
-		mem := client.Member{Name: name, Client: r.client, Context: r.ctx}
+		mem := client.Member{Name: name, Client: r.client, Context: r.ctx, Reachable: r.reach}
 		// A cluster whose Manager still syncs is read like a cached client
 		// reads a cache that has not synced yet: the List waits for it.
 		switch {

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -154,5 +155,38 @@ func BenchmarkJoin(b *testing.B) {
 			tab.Set(n, c, false)
 			tab.Set(n, c, true)
 		}
+	}
+}
+
+// TestReachableEndsWhenMarkedUnreachable: a member's Reachable context
+// ends when it is marked unreachable, its cause the error fleet-wide Lists
+// report, while its route (Context) goes on; marked reachable again, the
+// member has a new one, which ends with the route.
+func TestReachableEndsWhenMarkedUnreachable(t *testing.T) {
+	var tab Table
+	tab.Set("a", fake.NewClientBuilder().Build(), true)
+	first := tab.Members()[0]
+	if first.Reachable == nil || first.Reachable.Err() != nil {
+		t.Fatalf("Ready member's Reachable = %v", first.Reachable)
+	}
+	cause := errors.New("dial tcp: i/o timeout")
+	tab.SetUnreachable("a", cause)
+	if err := context.Cause(first.Reachable); !errors.Is(err, client.ErrClusterUnreachable) || !errors.Is(err, cause) {
+		t.Errorf("Reachable's cause once marked unreachable = %v", err)
+	}
+	if first.Context.Err() != nil {
+		t.Error("the route ended with the mark")
+	}
+	tab.SetUnreachable("a", nil)
+	second := tab.Members()[0]
+	if second.Reachable == nil || second.Reachable.Err() != nil || second.Context != first.Context {
+		t.Errorf("reachable again: %+v", second)
+	}
+	tab.Remove("a")
+	if second.Reachable.Err() == nil {
+		t.Error("Reachable alive after Remove")
+	}
+	if m, err := tab.Route("b"); err == nil || m.Reachable != nil {
+		t.Errorf("Route of an unknown name = %+v, %v", m, err)
 	}
 }

@@ -1,0 +1,235 @@
+package client
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"maps"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/mccr-dev/mccr/known"
+)
+
+// The annotation a fleet-wide List puts on its items never reaches an API
+// server: Create and Update send the object without it, Patch sends a
+// patch that does not mention it, and Apply an apply configuration
+// without it.
+
+// clusterAnnotationPath is known.ClusterAnnotation as a JSON patch path
+// (RFC 6901: "/" is written "~1").
+var clusterAnnotationPath = "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(known.ClusterAnnotation, "~", "~0"), "/", "~1")
+
+// clusterAnnotationHint is a part of the annotation's key that any
+// document mentioning it contains, whichever way it is written; a
+// document without it needs no look.
+var clusterAnnotationHint = []byte(strings.SplitN(known.ClusterAnnotation, "/", 2)[0])
+
+// stripClusterAnnotation removes the annotation a fleet-wide List put on a
+// returned copy, so that writing the copy back never stores it.
+func stripClusterAnnotation(obj crclient.Object) {
+	a := obj.GetAnnotations()
+	if _, ok := a[known.ClusterAnnotation]; !ok {
+		return
+	}
+	delete(a, known.ClusterAnnotation)
+	obj.SetAnnotations(a)
+}
+
+// unmarkedPatch is a Patch that never mentions known.ClusterAnnotation.
+// The patch it wraps is computed with the object annotated with the
+// target cluster's name, as the items of a fleet-wide List are, so that a
+// base taken from a listed item and the object agree on it and the
+// annotations the caller did change diff as they would without it; every
+// mention of the annotation is then removed from the patch.
+type unmarkedPatch struct {
+	crclient.Patch
+	cluster string
+}
+
+// unmarked wraps patch for a write to cluster.
+func unmarked(patch crclient.Patch, cluster string) crclient.Patch {
+	return unmarkedPatch{Patch: patch, cluster: cluster}
+}
+
+// Data implements client.Patch. obj is left as it was given.
+func (p unmarkedPatch) Data(obj crclient.Object) ([]byte, error) {
+	given := obj.GetAnnotations()
+	marked := make(map[string]string, len(given)+1)
+	maps.Copy(marked, given)
+	marked[known.ClusterAnnotation] = p.cluster
+	obj.SetAnnotations(marked)
+	data, err := p.Patch.Data(obj)
+	obj.SetAnnotations(given)
+	if err != nil {
+		return nil, err
+	}
+	return unmarkPatchData(p.Type(), data)
+}
+
+// unmarkPatchData removes every mention of known.ClusterAnnotation from a
+// patch document of type pt. A document that does not parse is returned
+// as it is: the API server judges it. So is a CBOR apply patch, which
+// controller-runtime does not make (its patches are JSON).
+func unmarkPatchData(pt types.PatchType, data []byte) ([]byte, error) {
+	if !bytes.Contains(data, clusterAnnotationHint) {
+		return data, nil
+	}
+	switch pt {
+	case types.JSONPatchType:
+		var ops []map[string]any
+		if decodeJSON(data, &ops) == nil && unmarkJSONPatch(&ops) {
+			return json.Marshal(ops)
+		}
+	case types.MergePatchType, types.StrategicMergePatchType, types.ApplyYAMLPatchType:
+		if doc, ok := objectPatch(pt, data); ok && unmarkObject(doc, true) {
+			return json.Marshal(doc)
+		}
+	case types.ApplyCBORPatchType:
+	}
+	return data, nil
+}
+
+// objectPatch decodes a merge, strategic merge or apply patch (JSON, or
+// YAML for an apply patch); false when it does not parse.
+func objectPatch(pt types.PatchType, data []byte) (map[string]any, bool) {
+	var doc map[string]any
+	if decodeJSON(data, &doc) == nil {
+		return doc, true
+	}
+	if pt != types.ApplyYAMLPatchType {
+		return nil, false
+	}
+	j, err := yaml.YAMLToJSON(data)
+	if err != nil || decodeJSON(j, &doc) != nil {
+		return nil, false
+	}
+	return doc, true
+}
+
+// unmarkObject removes known.ClusterAnnotation from an object's (or a
+// merge patch's) metadata.annotations; with prune, it also removes the
+// annotations and metadata maps the removal leaves empty (in a merge
+// patch, an empty map changes nothing; in an apply patch, it claims an
+// empty map). It reports whether it removed anything.
+func unmarkObject(doc map[string]any, prune bool) bool {
+	md, _ := doc["metadata"].(map[string]any)
+	a, _ := md["annotations"].(map[string]any)
+	if _, ok := a[known.ClusterAnnotation]; !ok {
+		return false
+	}
+	delete(a, known.ClusterAnnotation)
+	if prune && len(a) == 0 {
+		delete(md, "annotations")
+		if len(md) == 0 {
+			delete(doc, "metadata")
+		}
+	}
+	return true
+}
+
+// unmarkJSONPatch removes from a JSON patch the operations on
+// known.ClusterAnnotation, and the annotation from the values written at
+// metadata.annotations, metadata or the whole object. It reports whether
+// it changed anything.
+func unmarkJSONPatch(ops *[]map[string]any) bool {
+	changed := false
+	kept := (*ops)[:0]
+	for _, op := range *ops {
+		if op["path"] == clusterAnnotationPath || op["from"] == clusterAnnotationPath {
+			changed = true
+			continue
+		}
+		switch op["path"] {
+		case "/metadata/annotations":
+			if a, ok := op["value"].(map[string]any); ok {
+				if _, ok := a[known.ClusterAnnotation]; ok {
+					delete(a, known.ClusterAnnotation)
+					changed = true
+				}
+			}
+		case "/metadata":
+			if md, ok := op["value"].(map[string]any); ok {
+				changed = unmarkObject(map[string]any{"metadata": md}, false) || changed
+			}
+		case "":
+			if doc, ok := op["value"].(map[string]any); ok {
+				changed = unmarkObject(doc, false) || changed
+			}
+		}
+		kept = append(kept, op)
+	}
+	*ops = kept
+	return changed
+}
+
+// applyUnmarked runs apply with obj or, when obj carries
+// known.ClusterAnnotation (an apply configuration made from a listed
+// item), with an unstructured copy of it without the annotation; obj is
+// not changed to send it, and gets the API server's answer, as
+// controller-runtime writes it into the apply configuration it sent.
+func applyUnmarked(obj runtime.ApplyConfiguration, apply func(runtime.ApplyConfiguration) error) error {
+	var data []byte
+	if u, ok := obj.(runtime.Unstructured); ok {
+		if !hasClusterAnnotation(u.UnstructuredContent()) {
+			return apply(obj)
+		}
+		var err error
+		if data, err = json.Marshal(u.UnstructuredContent()); err != nil {
+			return apply(obj)
+		}
+	} else {
+		var err error
+		if data, err = json.Marshal(obj); err != nil || !bytes.Contains(data, clusterAnnotationHint) {
+			return apply(obj)
+		}
+	}
+	var content map[string]any
+	if decodeJSON(data, &content) != nil || !unmarkObject(content, true) {
+		return apply(obj)
+	}
+	sent := &unstructured.Unstructured{Object: content}
+	if err := apply(crclient.ApplyConfigurationFromUnstructured(sent)); err != nil {
+		return err
+	}
+	if u, ok := obj.(runtime.Unstructured); ok {
+		u.SetUnstructuredContent(sent.Object)
+		return nil
+	}
+	answer, err := json.Marshal(sent.Object)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(answer, obj)
+}
+
+// hasClusterAnnotation reports whether unstructured content carries
+// known.ClusterAnnotation.
+func hasClusterAnnotation(content map[string]any) bool {
+	md, _ := content["metadata"].(map[string]any)
+	a, _ := md["annotations"].(map[string]any)
+	_, ok := a[known.ClusterAnnotation]
+	return ok
+}
+
+// decodeJSON decodes data into v keeping numbers as they were written
+// (json.Number), so that a document re-encoded after a change differs
+// from the original only by the change.
+func decodeJSON(data []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	if err := d.Decode(v); err != nil {
+		return err
+	}
+	if d.More() {
+		return errTrailingData
+	}
+	return nil
+}
+
+var errTrailingData = errors.New("data after the JSON document")
