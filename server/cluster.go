@@ -181,6 +181,9 @@ func (c *cluster) update(nc *config.NamedConfig, fp fingerprints) (stopped <-cha
 	}
 	c.gen.stop()
 	c.setPhaseLocked(c.gen, PhaseStopping, nil)
+	// The next generation runs another config: its restarts and retries
+	// are counted afresh (ClusterStatus.Restarts).
+	c.status.Restarts, c.status.NextRetry = 0, time.Time{}
 	return c.gen.done, how, nil
 }
 
@@ -589,11 +592,40 @@ func (c *cluster) recordError(g *generation, err error) {
 }
 
 // manager returns the live generation's Manager while it is Ready (or
-// Unreachable, still serving its caches).
+// Unreachable, still serving its caches), and not once it was asked to
+// stop (Delete, Update, the end of the fleet's run), as the fan-out client
+// no longer routes to it then.
 func (c *cluster) manager() manager.Manager {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.gen == nil || c.gen.stopping() {
+		return nil
+	}
 	return c.mgr
+}
+
+// running reports whether a generation of the cluster runs or stops.
+func (c *cluster) running() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen != nil
+}
+
+// runEnded tells a cluster that the fleet's run ended (the Server stops, or
+// no longer leads): its live generation, if any, is stopping now.
+func (c *cluster) runEnded() {
+	c.mu.Lock()
+	defer c.publishUnlock()
+	if c.gen == nil {
+		return
+	}
+	c.gen.stop() // its context ends with the run's; this says so at once
+	// Out of fleet-wide readiness, as Stopping; calls still reach it
+	// while it stops, as a stopping controller-runtime Manager's do.
+	if c.mgr != nil && c.local && c.desired != nil {
+		c.env.routes.Set(c.name, c.mgr.GetClient(), false)
+	}
+	c.setPhaseLocked(c.gen, PhaseStopping, nil)
 }
 
 func (c *cluster) lastErrorOr(def error) error {

@@ -88,7 +88,11 @@
 // client and webhooks work on a standby and a new leader starts warm; the
 // members' controllers start once the host Manager is elected
 // (Options.ColdStandby: members run only while it leads). A Server that
-// loses its lease stops every member before Start returns.
+// loses its lease, or whose ctx ends, marks every member Stopping and stops
+// it before Start returns; a member still stopping Options.StopTimeout
+// after that (a reconciler that ignores its ctx) no longer holds Start,
+// which returns ErrStopTimeout naming it, as a controller-runtime Manager
+// returns after its graceful shutdown timeout.
 //
 // Member Managers serve no metrics, probes, pprof or webhooks of their own
 // and elect no leader. On a member's Manager, AddHealthzCheck,
@@ -129,7 +133,10 @@
 // also counted per cluster: mccr_reconcile_total{cluster,controller,result},
 // mccr_reconcile_errors_total and the mccr_reconcile_time_seconds
 // histogram. Every series of a cluster goes when it is deleted, and every
-// member's when its Server's Start returns.
+// member's when its Server's Start returns. Two Servers of one process that
+// both have a member of the same name share its series (counters add up,
+// gauges show the last change of either) until neither has it: give them
+// distinct names.
 //
 // A member whose controllers watch a kind its API server does not serve yet
 // (a CRD not installed there) is Ready all the same: its other controllers

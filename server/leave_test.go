@@ -34,6 +34,25 @@ import (
 // host's fake API server.
 func fakeServer(t *testing.T, mutate func(*ctrl.Options), setups ...func(ctrl.Manager) error) (*server.Server, func() error) {
 	t.Helper()
+	return fakeServerWith(t, mutate, nil, setups...)
+}
+
+// fakeServerWith is fakeServer with the Server's own options changed by
+// with too.
+func fakeServerWith(t *testing.T, mutate func(*ctrl.Options), with func(*server.Options), setups ...func(ctrl.Manager) error) (*server.Server, func() error) {
+	t.Helper()
+	srv, host := newFakeServer(t, mutate, with, setups...)
+	stopServer := test.Run(t, srv)
+	return srv, func() error {
+		err := stopServer()
+		host.Close()
+		return err
+	}
+}
+
+// newFakeServer is fakeServerWith's Server, not started, and its host.
+func newFakeServer(t *testing.T, mutate func(*ctrl.Options), with func(*server.Options), setups ...func(ctrl.Manager) error) (*server.Server, *fakeapi.Server) {
+	t.Helper()
 	host := fakeapi.New()
 	host.Start()
 	t.Cleanup(host.Close)
@@ -49,6 +68,9 @@ func fakeServer(t *testing.T, mutate func(*ctrl.Options), setups ...func(ctrl.Ma
 	srv, err := server.NewServer(host.Config(), o, func(o *server.Options) {
 		o.Backoff.Duration = 20 * time.Millisecond
 		o.Backoff.Cap = 200 * time.Millisecond
+		if with != nil {
+			with(o)
+		}
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -56,12 +78,7 @@ func fakeServer(t *testing.T, mutate func(*ctrl.Options), setups ...func(ctrl.Ma
 	for _, s := range setups {
 		srv.AddReconcilerSetup(s)
 	}
-	stopServer := test.Run(t, srv)
-	return srv, func() error {
-		err := stopServer()
-		host.Close()
-		return err
-	}
+	return srv, host
 }
 
 func fakeMember(t *testing.T, seed ...string) *fakeapi.Server {

@@ -113,7 +113,10 @@ func registerMetrics() {
 const handOverKind = "handover"
 
 // memberSeriesSet holds the series of every member of every Server of the
-// process, by cluster name, as the vectors they replace did.
+// process, by cluster name, as the vectors they replace did. Two Servers
+// of one process that both have a member of the same name share its series
+// (its counters add up, its gauges show the last change of either), and
+// the series stay until neither has the name.
 var memberSeriesSet seriesSet
 
 // seriesSet is the members' series by cluster name; it is the registry's
@@ -143,10 +146,23 @@ func (s *seriesSet) get(name string) *memberSeries {
 	return m
 }
 
-func (s *seriesSet) delete(name string) {
+// hold counts one more cluster record that has name's series.
+func (s *seriesSet) hold(name string) {
+	m := s.get(name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.byName, name)
+	m.holders++
+}
+
+// release counts one record fewer, and drops name's series with the last.
+func (s *seriesSet) release(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m := s.byName[name]; m != nil {
+		if m.holders--; m.holders <= 0 {
+			delete(s.byName, name)
+		}
+	}
 }
 
 // seriesEntry is a record and its name, as each and eachOf visit them.
@@ -208,6 +224,7 @@ func (s *seriesSet) Collect(ch chan<- prometheus.Metric) {
 // happened to the member: see clusterSeries.
 type memberSeries struct {
 	label                           string // the cluster label's value
+	holders                         int    // cluster records that have it (seriesSet.mu)
 	mu                              sync.Mutex
 	initialised                     bool
 	ready, reachable                bool
@@ -346,7 +363,10 @@ func (h *histogram) metric(d *prometheus.Desc, buckets []float64, labels ...stri
 // clusterSeries is one cluster's metric series. Its owner (the cluster
 // record) calls it under its lock, and forget only once no generation can
 // report any more, so a deleted cluster's series never come back.
-type clusterSeries struct{ name string }
+type clusterSeries struct {
+	name string
+	held bool // between init and forget: the record counts as a holder
+}
 
 // update changes the cluster's record under its lock.
 func (s clusterSeries) update(fn func(m *memberSeries)) {
@@ -359,7 +379,13 @@ func (s clusterSeries) update(fn func(m *memberSeries)) {
 // init makes every series exist from the start, at zero: a counter that
 // appears only after its first increment defeats rate() and alerting on
 // absence.
-func (s clusterSeries) init() { s.update(func(m *memberSeries) { m.initialised = true }) }
+func (s *clusterSeries) init() {
+	if !s.held {
+		memberSeriesSet.hold(s.name)
+		s.held = true
+	}
+	s.update(func(m *memberSeries) { m.initialised = true })
+}
 
 // phase records the cluster's phase: mccr_cluster_ready, and the one
 // series of mccr_cluster_phase.
@@ -411,8 +437,14 @@ func (s clusterSeries) reconciled(controller, result string, took time.Duration)
 	})
 }
 
-// forget drops every series of the cluster, and only those.
-func (s clusterSeries) forget() { memberSeriesSet.delete(s.name) }
+// forget drops every series of the cluster, and only those, unless
+// another Server of the process has a member of the same name.
+func (s *clusterSeries) forget() {
+	if s.held {
+		memberSeriesSet.release(s.name)
+		s.held = false
+	}
+}
 
 // forgetSeries drops the series of every member of a Server whose Start
 // has returned, once none of them runs any more. The registry they are

@@ -84,7 +84,7 @@ func TestClusterSeriesForgetIsExact(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		for _, name := range names {
-			clusterSeries{name: name}.forget()
+			memberSeriesSet.release(name)
 		}
 	})
 	all := gatherSeries(t, "prefix")
@@ -102,7 +102,7 @@ func TestClusterSeriesForgetIsExact(t *testing.T) {
 			return !strings.Contains(s, "{cluster="+name+",") && !strings.Contains(s, "{cluster="+name+"}")
 		})
 	}
-	clusterSeries{name: "prefix"}.forget()
+	memberSeriesSet.release("prefix")
 	left := gatherSeries(t, "prefix")
 	if got := seriesOf(left, "prefix"); len(got) != 0 {
 		t.Errorf("forgotten cluster still has series:\n%s", strings.Join(got, "\n"))
@@ -211,7 +211,7 @@ func BenchmarkClusterSeriesForget(b *testing.B) {
 	}
 	b.Cleanup(func() {
 		for i := range n {
-			clusterSeries{name: fmt.Sprintf("bench-%05d", i)}.forget()
+			memberSeriesSet.release(fmt.Sprintf("bench-%05d", i))
 		}
 	})
 	b.ReportAllocs()
@@ -258,7 +258,7 @@ func BenchmarkMemberSeries(b *testing.B) {
 	runtime.ReadMemStats(&after)
 	b.Cleanup(func() {
 		for i := range n {
-			clusterSeries{name: fmt.Sprintf("gather-%05d", i)}.forget()
+			memberSeriesSet.release(fmt.Sprintf("gather-%05d", i))
 		}
 	})
 	b.ReportAllocs()

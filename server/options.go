@@ -39,7 +39,8 @@ type Options struct {
 	OutageProbeInterval time.Duration
 
 	// StopTimeout bounds how long Delete and Update wait for a member's
-	// Manager to stop. Default: the members' graceful shutdown timeout
+	// Manager to stop, and how long Start waits for the members once its
+	// ctx ended. Default: the members' graceful shutdown timeout
 	// (ctrl.Options.GracefulShutdownTimeout, with controller-runtime's
 	// meaning: nil is 30s, zero does not wait, negative waits as long as it
 	// takes) plus 5s; when that is negative, Delete and Update wait as long

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -330,8 +334,12 @@ func (s *Server) AddReconcilerSetup(setup func(ctrl.Manager) error) {
 // standby runs the members' caches (the fan-out client reads them) and
 // their controllers start once it leads, unless Options.ColdStandby keeps
 // members to the leader. It blocks until ctx ends (or leadership is lost)
-// and returns after every member has stopped. A member's failure never
-// makes Start return; the host Manager's errors do.
+// and returns after every member has stopped, or, as a controller-runtime
+// Manager gives up on its runnables after its graceful shutdown timeout,
+// Options.StopTimeout after ctx ended with an error wrapping
+// ErrStopTimeout that names the members still stopping (a reconciler that
+// ignores its ctx, say). A member's failure never makes Start return; the
+// host Manager's errors do.
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	if s.started {
@@ -340,12 +348,50 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.started = true
 	s.mu.Unlock()
+	var ended atomic.Pointer[time.Time]
+	defer context.AfterFunc(ctx, func() { now := time.Now(); ended.Store(&now) })()
 	err := s.host.Start(ctx)
 	s.stopWatchers()
-	s.runs.Wait()
+	if werr := s.awaitRuns(ended.Load()); werr != nil {
+		err = errors.Join(err, werr)
+	}
 	s.clusters.forgetSeries()
 	s.releaseHost()
 	return err
+}
+
+// awaitRuns waits for the members (and a sharded Server's handover) to
+// stop, up to Options.StopTimeout after ended (when ctx ended; now if it
+// did not).
+func (s *Server) awaitRuns(ended *time.Time) error {
+	done := make(chan struct{})
+	go func() {
+		s.runs.Wait()
+		close(done)
+	}()
+	timeout := s.env.opts.StopTimeout
+	if timeout < 0 {
+		<-done
+		return nil
+	}
+	if ended != nil {
+		timeout -= time.Since(*ended)
+	}
+	t := time.NewTimer(max(timeout, 0))
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+	}
+	var stopping []string
+	for _, c := range s.clusters.all() {
+		if c.running() {
+			stopping = append(stopping, strconv.Quote(c.name))
+		}
+	}
+	slices.Sort(stopping)
+	return fmt.Errorf("members %s: %w after %s", strings.Join(stopping, ", "), ErrStopTimeout, s.env.opts.StopTimeout)
 }
 
 // coordinatorRunnable runs a sharded Server's coordinator in the host
@@ -396,9 +442,13 @@ func (f fleetRunnable) Start(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	s.log.Info("stopping members")
+	for _, c := range s.clusters.all() {
+		c.runEnded()
+	}
 	// Return (and so let the host Manager release its lease) only once every
 	// member has stopped, so that a new leader never runs a member while this
-	// one still does.
+	// one still does. The host Manager waits for that up to its graceful
+	// shutdown timeout, as for any runnable; Start waits up to StopTimeout.
 	r.close()
 	s.mu.Lock()
 	if s.run == r {

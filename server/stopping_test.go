@@ -1,0 +1,256 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/server"
+	"github.com/mccr-dev/mccr/test"
+)
+
+// stuckReconciler is a ConfigMap controller whose Reconcile ignores its ctx
+// and returns only once release closes; entered receives once it runs.
+type stuckReconciler struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newStuckReconciler(t *testing.T) *stuckReconciler {
+	r := &stuckReconciler{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	t.Cleanup(r.free)
+	return r
+}
+
+func (r *stuckReconciler) setup(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).Named("stuck").For(&corev1.ConfigMap{}).
+		Complete(reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) {
+			select {
+			case r.entered <- struct{}{}:
+			default:
+			}
+			<-r.release
+			return reconcile.Result{}, nil
+		}))
+}
+
+// free lets the reconciler return; once is enough, twice is harmless.
+func (r *stuckReconciler) free() {
+	select {
+	case <-r.release:
+	default:
+		close(r.release)
+	}
+}
+
+// running adds a member named name served by a fake API server holding one
+// ConfigMap, and waits until r reconciles it.
+func (r *stuckReconciler) running(t *testing.T, srv *server.Server, name string) {
+	t.Helper()
+	if err := srv.Add(config.NewNamedConfig(name, fakeMember(t, "x").Config())); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, srv, name, server.PhaseReady)
+	select {
+	case <-r.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the reconciler never ran")
+	}
+}
+
+// TestStartReturnsAfterStopTimeout: a member whose reconciler ignores its
+// ctx does not keep Start from returning: as a controller-runtime Manager
+// gives up on its runnables after its graceful shutdown timeout, Start
+// returns StopTimeout after its ctx ended, with ErrStopTimeout naming the
+// member.
+func TestStartReturnsAfterStopTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		grace       time.Duration
+		stopTimeout time.Duration // 0: the default, grace + 5s
+		bound       time.Duration
+	}{
+		{"grace 0, default StopTimeout", 0, 0, 5 * time.Second},
+		{"grace 1s, StopTimeout 2s", time.Second, 2 * time.Second, 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newStuckReconciler(t)
+			srv, _ := newFakeServer(t,
+				func(o *ctrl.Options) { o.GracefulShutdownTimeout = &tc.grace },
+				func(o *server.Options) { o.StopTimeout = tc.stopTimeout },
+				r.setup)
+			// Start's error is this test's to check (test.Run would
+			// report it); the member ends once its reconciler returns.
+			stop := test.Background(srv)
+			t.Cleanup(func() {
+				r.free()
+				test.Eventually(t, 30*time.Second, "the stuck member gone", func() bool {
+					st, err := srv.Status("stuck")
+					return err != nil || st.Phase == server.PhaseStopped
+				})
+			})
+			r.running(t, srv, "stuck")
+			if err := srv.Add(config.NewNamedConfig("fine", fakeMember(t).Config())); err != nil {
+				t.Fatal(err)
+			}
+			waitPhase(t, srv, "fine", server.PhaseReady)
+
+			began := time.Now()
+			done := make(chan error, 1)
+			go func() { done <- stop() }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(tc.bound + 10*time.Second):
+				st, _ := srv.Status("stuck")
+				t.Fatalf("Start has not returned %s after its ctx ended (StopTimeout %s); the member is %s", time.Since(began).Round(time.Millisecond), tc.bound, st.Phase)
+			}
+			took := time.Since(began)
+			if took < tc.bound-time.Second {
+				t.Errorf("Start returned after %s, before StopTimeout (%s) with a member still running", took, tc.bound)
+			}
+			if !errors.Is(err, server.ErrStopTimeout) || !strings.Contains(err.Error(), `"stuck"`) || strings.Contains(err.Error(), `"fine"`) {
+				t.Errorf("Start returned %v; want ErrStopTimeout naming the stuck member alone", err)
+			}
+		})
+	}
+}
+
+// TestMembersStopWithTheServer: while the Server shuts down, members whose
+// Managers still stop are Stopping (not Ready), mccr_cluster_ready is 0 for
+// them and FleetReadyCheck fails, as while one is deleted.
+func TestMembersStopWithTheServer(t *testing.T) {
+	r := newStuckReconciler(t)
+	grace := 20 * time.Second
+	srv, stop := fakeServer(t, func(o *ctrl.Options) { o.GracefulShutdownTimeout = &grace }, r.setup)
+	r.running(t, srv, "sd")
+	if v := metricValue(t, "mccr_cluster_ready", "cluster", "sd"); v != 1 {
+		t.Fatalf("mccr_cluster_ready = %v while Ready", v)
+	}
+	done := make(chan error, 1)
+	go func() { done <- stop() }()
+	waitPhase(t, srv, "sd", server.PhaseStopping)
+	if v := metricValue(t, "mccr_cluster_ready", "cluster", "sd"); v != 0 {
+		t.Errorf("mccr_cluster_ready = %v while the member stops with the Server", v)
+	}
+	if err := srv.FleetReadyCheck(1)(nil); err == nil {
+		t.Error("FleetReadyCheck(1) passes while the only member stops")
+	}
+	r.free()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Error(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Start did not return once the reconciler did")
+	}
+}
+
+// TestUpdateCountsRestartsAfresh: an Update that replaces the member starts
+// counting its restarts afresh (ClusterStatus.Restarts), and forgets when
+// the old config was to be retried.
+func TestUpdateCountsRestartsAfresh(t *testing.T) {
+	srv, _ := fakeServer(t, nil, configMapController("cms"))
+	if err := srv.Add(unreachable(t, "rv")); err != nil {
+		t.Fatal(err)
+	}
+	test.Eventually(t, 30*time.Second, "rv restarted twice", func() bool {
+		st, err := srv.Status("rv")
+		return err == nil && st.Restarts >= 2
+	})
+	if err := srv.Update(config.NewNamedConfig("rv", fakeMember(t).Config())); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, srv, "rv", server.PhaseReady)
+	st, err := srv.Status("rv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Restarts != 0 || !st.NextRetry.IsZero() {
+		t.Errorf("after an Update that replaced the member: Restarts = %d, NextRetry = %s; want 0 and none", st.Restarts, st.NextRetry)
+	}
+}
+
+// TestGetManagerRefusesAStoppingMember: once a member is asked to stop (an
+// Update replaces it, a Delete removes it), GetManager no longer hands out
+// its Manager, as the fan-out client no longer routes to it.
+func TestGetManagerRefusesAStoppingMember(t *testing.T) {
+	for _, how := range []string{"update", "delete"} {
+		t.Run(how, func(t *testing.T) {
+			r := newStuckReconciler(t)
+			grace := 20 * time.Second
+			srv, _ := fakeServer(t, func(o *ctrl.Options) { o.GracefulShutdownTimeout = &grace }, r.setup)
+			r.running(t, srv, "gm")
+			if _, err := srv.GetManager("gm"); err != nil {
+				t.Fatalf("GetManager of a Ready member: %v", err)
+			}
+			changed := make(chan error, 1)
+			go func() {
+				if how == "delete" {
+					changed <- srv.Delete("gm")
+					return
+				}
+				changed <- srv.Update(config.NewNamedConfig("gm", fakeMember(t).Config()))
+			}()
+			test.Eventually(t, 30*time.Second, "gm stopping", func() bool {
+				st, err := srv.Status("gm")
+				return err != nil || st.Phase == server.PhaseStopping
+			})
+			want := server.ErrClusterNotReady
+			if how == "delete" {
+				want = server.ErrClusterNotFound
+			}
+			if mgr, err := srv.GetManager("gm"); !errors.Is(err, want) {
+				t.Errorf("GetManager of a stopping member: %T, %v; want %v", mgr, err, want)
+			}
+			r.free()
+			if err := <-changed; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestTwoServersKeepTheirSeries: two Servers of one process share the
+// series of a member name both have; one deleting its member, or stopping,
+// leaves them to the other, and they go once neither has the name.
+func TestTwoServersKeepTheirSeries(t *testing.T) {
+	a, stopA := fakeServer(t, nil, configMapController("cms-a"))
+	b, _ := fakeServer(t, nil, configMapController("cms-b"))
+	for _, srv := range []*server.Server{a, b} {
+		if err := srv.Add(config.NewNamedConfig("dup", fakeMember(t).Config())); err != nil {
+			t.Fatal(err)
+		}
+		waitPhase(t, srv, "dup", server.PhaseReady)
+	}
+	if err := a.Delete("dup"); err != nil {
+		t.Fatal(err)
+	}
+	if v := metricValue(t, "mccr_cluster_restarts_total", "cluster", "dup"); v == -1 {
+		t.Error("after one Server deleted its member dup, the other's has no series")
+	}
+	if err := a.Add(config.NewNamedConfig("dup", fakeMember(t).Config())); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, a, "dup", server.PhaseReady)
+	if err := stopA(); err != nil {
+		t.Fatal(err)
+	}
+	if v := metricValue(t, "mccr_cluster_restarts_total", "cluster", "dup"); v == -1 {
+		t.Error("after one Server stopped, the other's member dup has no series")
+	}
+	if err := b.Delete("dup"); err != nil {
+		t.Fatal(err)
+	}
+	if v := metricValue(t, "mccr_cluster_restarts_total", "cluster", "dup"); v != -1 {
+		t.Errorf("once neither Server has dup, mccr_cluster_restarts_total{cluster=dup} = %v; want no series", v)
+	}
+}
