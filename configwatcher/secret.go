@@ -199,6 +199,13 @@ func (w *SecretWatcher) claim(s *corev1.Secret) *claim {
 	if w.opts.Format == ArgoCDSecretFormat {
 		return w.argoCDClaim(s, c)
 	}
+	// A Secret whose deletion has started (a finalizer holds it) claims its
+	// cluster no more, as multicluster-runtime's kubeconfig provider
+	// removes the cluster then: whatever waits on the finalizer may count
+	// on no controller acting on the cluster any more.
+	if s.DeletionTimestamp != nil {
+		return nil
+	}
 	c.name = s.Name
 	cfg, err := secretKubeconfig(s.Data, w.opts.Key, w.opts.AllowAuthPlugins)
 	if err != nil {

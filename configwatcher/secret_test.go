@@ -215,6 +215,24 @@ func (e *secretEnv) testKubeconfig(t *testing.T) {
 	}
 	r.event(configwatcher.Deleted, "member-1")
 	r.quiet(kfQuiet)
+
+	// A Secret held by a finalizer: its cluster leaves as its deletion
+	// starts, as in multicluster-runtime, not once the finalizer goes.
+	held := e.create(t, ns, "member-2", mcrLabel, map[string][]byte{"kubeconfig": e.kubeconfigFor(t, e.token)})
+	e.update(t, held, func(s *corev1.Secret) { s.Finalizers = []string{"example.com/hold"} })
+	r.event(configwatcher.Added, "member-2")
+	r.quiet(kfQuiet)
+	if err := e.hostClient.Delete(t.Context(), held); err != nil {
+		t.Fatal(err)
+	}
+	r.event(configwatcher.Deleted, "member-2")
+	r.quiet(kfQuiet)
+	if err := e.hostClient.Get(t.Context(), client.ObjectKeyFromObject(held), held); err != nil || held.DeletionTimestamp == nil {
+		t.Fatalf("the Secret's deletion has not started (%v)", err)
+	}
+	e.update(t, held, func(s *corev1.Secret) { s.Finalizers = nil })
+	r.quiet(kfQuiet)
+	r.noErrors()
 }
 
 // testArgoCD: the same flow in Argo CD's format, the cluster named by the

@@ -170,6 +170,9 @@ func (c *cluster) update(nc *config.NamedConfig, fp fingerprints) (stopped <-cha
 	if how != updatedRestart {
 		return nil, how, nil
 	}
+	// The next generation runs another config: its restarts and retries
+	// are counted afresh (ClusterStatus.Restarts).
+	c.status.Restarts, c.status.NextRetry = 0, time.Time{}
 	if c.gen == nil {
 		c.ensureLocked()
 		return nil, how, nil
@@ -181,9 +184,6 @@ func (c *cluster) update(nc *config.NamedConfig, fp fingerprints) (stopped <-cha
 	}
 	c.gen.stop()
 	c.setPhaseLocked(c.gen, PhaseStopping, nil)
-	// The next generation runs another config: its restarts and retries
-	// are counted afresh (ClusterStatus.Restarts).
-	c.status.Restarts, c.status.NextRetry = 0, time.Time{}
 	return c.gen.done, how, nil
 }
 
@@ -575,8 +575,8 @@ func (c *cluster) failed(g *generation, err error, retryIn time.Duration) {
 func (c *cluster) restarted(g *generation) {
 	c.mu.Lock()
 	defer c.publishUnlock()
-	if g != c.gen {
-		return
+	if g != c.gen || g.stopping() {
+		return // an Update may have counted afresh meanwhile
 	}
 	c.status.Restarts++
 	c.series.restart()

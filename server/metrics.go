@@ -126,31 +126,26 @@ type seriesSet struct {
 	byName map[string]*memberSeries
 }
 
-// get returns name's record, made if there is none.
-func (s *seriesSet) get(name string) *memberSeries {
+// lookup returns name's record, nil if no cluster record holds it.
+func (s *seriesSet) lookup(name string) *memberSeries {
 	s.mu.RLock()
-	m := s.byName[name]
-	s.mu.RUnlock()
-	if m != nil {
-		return m
-	}
+	defer s.mu.RUnlock()
+	return s.byName[name]
+}
+
+// hold counts one more cluster record that has name's series, making them
+// if it is the first.
+func (s *seriesSet) hold(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if m = s.byName[name]; m == nil {
+	m := s.byName[name]
+	if m == nil {
 		if s.byName == nil {
 			s.byName = map[string]*memberSeries{}
 		}
 		m = &memberSeries{label: validLabel(name)}
 		s.byName[name] = m
 	}
-	return m
-}
-
-// hold counts one more cluster record that has name's series.
-func (s *seriesSet) hold(name string) {
-	m := s.get(name)
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	m.holders++
 }
 
@@ -370,7 +365,10 @@ type clusterSeries struct {
 
 // update changes the cluster's record under its lock.
 func (s clusterSeries) update(fn func(m *memberSeries)) {
-	m := memberSeriesSet.get(s.name)
+	m := memberSeriesSet.lookup(s.name)
+	if m == nil {
+		return // forgotten: what a member still reports as it ends is not news
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	fn(m)

@@ -270,3 +270,27 @@ func BenchmarkMemberSeries(b *testing.B) {
 	// After the loop, whose start clears what was reported before it.
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/1024/n, "KiB-heap/member")
 }
+
+// TestSeriesHoldRacesRelease: a Server taking a member name's series
+// while another lets them go finds them held and counted, whichever comes
+// first.
+func TestSeriesHoldRacesRelease(t *testing.T) {
+	lost := 0
+	for range 20000 {
+		var s seriesSet
+		s.hold("x")
+		done := make(chan struct{})
+		go func() {
+			s.release("x")
+			close(done)
+		}()
+		s.hold("x")
+		<-done
+		if m := s.lookup("x"); m == nil || m.holders != 1 {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d of 20000 times a name held once more than let go had no series, or a wrong count", lost)
+	}
+}

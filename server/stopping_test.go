@@ -123,6 +123,34 @@ func TestStartReturnsAfterStopTimeout(t *testing.T) {
 	}
 }
 
+// TestSeriesGoWhenStartGaveUp: a member still stopping when Start returns
+// leaves no series behind once it has stopped: Start forgets every
+// member's series, and what the member reports as it ends does not bring
+// them back.
+func TestSeriesGoWhenStartGaveUp(t *testing.T) {
+	r := newStuckReconciler(t)
+	grace := time.Duration(0)
+	srv, _ := newFakeServer(t,
+		func(o *ctrl.Options) { o.GracefulShutdownTimeout = &grace },
+		func(o *server.Options) { o.StopTimeout = time.Second },
+		r.setup)
+	stop := test.Background(srv)
+	r.running(t, srv, "zombie")
+	if v := metricValue(t, "mccr_cluster_restarts_total", "cluster", "zombie"); v == -1 {
+		t.Fatal("no series while the member runs")
+	}
+	if err := stop(); !errors.Is(err, server.ErrStopTimeout) {
+		t.Fatalf("Start returned %v; want ErrStopTimeout", err)
+	}
+	r.free()
+	waitPhase(t, srv, "zombie", server.PhaseStopped)
+	for _, name := range []string{"mccr_cluster_phase", "mccr_cluster_ready", "mccr_cluster_restarts_total"} {
+		if v := metricValue(t, name, "cluster", "zombie"); v != -1 {
+			t.Errorf("once Start returned and then the member stopped, %s{cluster=zombie} = %v is served", name, v)
+		}
+	}
+}
+
 // TestMembersStopWithTheServer: while the Server shuts down, members whose
 // Managers still stop are Stopping (not Ready), mccr_cluster_ready is 0 for
 // them and FleetReadyCheck fails, as while one is deleted.
@@ -176,6 +204,32 @@ func TestUpdateCountsRestartsAfresh(t *testing.T) {
 	}
 	if st.Restarts != 0 || !st.NextRetry.IsZero() {
 		t.Errorf("after an Update that replaced the member: Restarts = %d, NextRetry = %s; want 0 and none", st.Restarts, st.NextRetry)
+	}
+}
+
+// TestUpdateCountsRestartsAfreshWhenNothingRuns: the same for an Update
+// of a member that runs nowhere at the time (the Server stopped here).
+func TestUpdateCountsRestartsAfreshWhenNothingRuns(t *testing.T) {
+	srv, stop := fakeServer(t, nil, configMapController("cms"))
+	if err := srv.Add(unreachable(t, "rv")); err != nil {
+		t.Fatal(err)
+	}
+	test.Eventually(t, 30*time.Second, "rv restarted twice", func() bool {
+		st, err := srv.Status("rv")
+		return err == nil && st.Restarts >= 2
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Update(config.NewNamedConfig("rv", fakeMember(t).Config())); err != nil {
+		t.Fatal(err)
+	}
+	st, err := srv.Status("rv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Restarts != 0 || !st.NextRetry.IsZero() {
+		t.Errorf("after an Update that replaced the config of a member that runs nowhere: Restarts = %d, NextRetry = %s; want 0 and none", st.Restarts, st.NextRetry)
 	}
 }
 
