@@ -25,51 +25,124 @@ import (
 // (RFC 6901: "/" is written "~1").
 var clusterAnnotationPath = "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(known.ClusterAnnotation, "~", "~0"), "/", "~1")
 
-// clusterAnnotationHint is a part of the annotation's key that any
-// document mentioning it contains, whichever way it is written; a
-// document without it needs no look.
+// clusterAnnotationHint is a part of the annotation's key that a document
+// mentioning it contains unless it escapes a character of it (see
+// mayMention).
 var clusterAnnotationHint = []byte(strings.SplitN(known.ClusterAnnotation, "/", 2)[0])
 
+// mayMention reports whether data may mention known.ClusterAnnotation: it
+// contains the key's first part, or an escape (JSON's \u, YAML's \x...),
+// which may spell any part of it. A document it clears needs no look.
+func mayMention(data []byte) bool {
+	return bytes.Contains(data, clusterAnnotationHint) || bytes.IndexByte(data, '\\') >= 0
+}
+
 // stripClusterAnnotation removes the annotation a fleet-wide List put on a
-// returned copy, so that writing the copy back never stores it.
-func stripClusterAnnotation(obj crclient.Object) {
+// returned copy, so that writing the copy back never stores it. It returns
+// the value it removed ("" if none).
+func stripClusterAnnotation(obj crclient.Object) string {
 	a := obj.GetAnnotations()
-	if _, ok := a[known.ClusterAnnotation]; !ok {
-		return
+	v, ok := a[known.ClusterAnnotation]
+	if !ok {
+		return ""
 	}
 	delete(a, known.ClusterAnnotation)
 	obj.SetAnnotations(a)
+	return v
 }
 
 // unmarkedPatch is a Patch that never mentions known.ClusterAnnotation.
-// The patch it wraps is computed with the object annotated with the
-// target cluster's name, as the items of a fleet-wide List are, so that a
-// base taken from a listed item and the object agree on it and the
-// annotations the caller did change diff as they would without it; every
-// mention of the annotation is then removed from the patch.
+//
+// A merge patch is computed from a base and the object. When neither is a
+// listed item, the patch is controller-runtime's, byte for byte. When the
+// base is a listed item (its copy taken before the object was stripped),
+// computed as it is the patch would remove the annotation, and with it,
+// when it was the only one, every annotation of the live object
+// ("annotations": null). So a patch that mentions the annotation, or
+// removes all annotations, is computed again with the object annotated as
+// the listed item was (mark): if the base carried it, the two agree on it
+// and the patch changes the annotations the caller changed, and no other;
+// if the base did not, the first patch stands. Every mention of the
+// annotation is then removed from the document sent.
 type unmarkedPatch struct {
 	crclient.Patch
-	cluster string
+	mark string // the annotation's value on the listed item, or the cluster's name
 }
 
-// unmarked wraps patch for a write to cluster.
-func unmarked(patch crclient.Patch, cluster string) crclient.Patch {
-	return unmarkedPatch{Patch: patch, cluster: cluster}
+// unmarked wraps patch for a write of obj, stripped of the annotation,
+// which had value listed ("" if none) before, to cluster.
+func unmarked(patch crclient.Patch, listed, cluster string) crclient.Patch {
+	if listed == "" {
+		listed = cluster
+	}
+	return unmarkedPatch{Patch: patch, mark: listed}
 }
 
 // Data implements client.Patch. obj is left as it was given.
 func (p unmarkedPatch) Data(obj crclient.Object) ([]byte, error) {
+	data, err := p.Patch.Data(obj)
+	if err != nil {
+		return nil, err
+	}
+	pt := p.Type()
+	if pt != types.MergePatchType && pt != types.StrategicMergePatchType {
+		// A JSON patch is the caller's own document, and an apply
+		// patch the object itself: neither depends on a base.
+		return unmarkPatchData(pt, data)
+	}
+	if !bytes.Contains(data, []byte("annotations")) && !mayMention(data) {
+		return data, nil // nothing about annotations: controller-runtime's
+	}
+	doc, ok := objectPatch(pt, data)
+	if !ok || !touchesMark(doc) {
+		return data, nil
+	}
 	given := obj.GetAnnotations()
 	marked := make(map[string]string, len(given)+1)
 	maps.Copy(marked, given)
-	marked[known.ClusterAnnotation] = p.cluster
+	marked[known.ClusterAnnotation] = p.mark
 	obj.SetAnnotations(marked)
-	data, err := p.Patch.Data(obj)
+	again, err := p.Patch.Data(obj)
 	obj.SetAnnotations(given)
 	if err != nil {
 		return nil, err
 	}
-	return unmarkPatchData(p.Type(), data)
+	if d, ok := objectPatch(pt, again); ok && setsMark(d) {
+		// The base did not carry the annotation as the listed item
+		// did: the first patch is the caller's.
+		return unmarkPatchData(pt, data)
+	}
+	return unmarkPatchData(pt, again)
+}
+
+// markOf returns a merge patch's metadata.annotations, and whether it
+// has that key (present, but null: removes every annotation).
+func markOf(doc map[string]any) (a map[string]any, present bool) {
+	md, _ := doc["metadata"].(map[string]any)
+	v, present := md["annotations"]
+	a, _ = v.(map[string]any)
+	return a, present
+}
+
+// touchesMark reports whether a merge patch mentions the annotation or
+// removes every annotation.
+func touchesMark(doc map[string]any) bool {
+	a, present := markOf(doc)
+	if !present {
+		return false
+	}
+	if a == nil {
+		return true // "annotations": null
+	}
+	_, ok := a[known.ClusterAnnotation]
+	return ok
+}
+
+// setsMark reports whether a merge patch sets the annotation to a value.
+func setsMark(doc map[string]any) bool {
+	a, _ := markOf(doc)
+	v, ok := a[known.ClusterAnnotation]
+	return ok && v != nil
 }
 
 // unmarkPatchData removes every mention of known.ClusterAnnotation from a
@@ -77,7 +150,7 @@ func (p unmarkedPatch) Data(obj crclient.Object) ([]byte, error) {
 // as it is: the API server judges it. So is a CBOR apply patch, which
 // controller-runtime does not make (its patches are JSON).
 func unmarkPatchData(pt types.PatchType, data []byte) ([]byte, error) {
-	if !bytes.Contains(data, clusterAnnotationHint) {
+	if !mayMention(data) {
 		return data, nil
 	}
 	switch pt {
@@ -185,7 +258,7 @@ func applyUnmarked(obj runtime.ApplyConfiguration, apply func(runtime.ApplyConfi
 		}
 	} else {
 		var err error
-		if data, err = json.Marshal(obj); err != nil || !bytes.Contains(data, clusterAnnotationHint) {
+		if data, err = json.Marshal(obj); err != nil || !mayMention(data) {
 			return apply(obj)
 		}
 	}

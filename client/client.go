@@ -287,8 +287,8 @@ func (c *Client) Update(ctx context.Context, obj crclient.Object, opts ...crclie
 func (c *Client) Patch(ctx context.Context, obj crclient.Object, patch crclient.Patch, opts ...crclient.PatchOption) error {
 	name, _ := known.ClusterFrom(ctx)
 	return c.write(ctx, func(ctx context.Context, cl crclient.Client) error {
-		stripClusterAnnotation(obj)
-		return cl.Patch(ctx, obj, unmarked(patch, name), opts...)
+		listed := stripClusterAnnotation(obj)
+		return cl.Patch(ctx, obj, unmarked(patch, listed, name), opts...)
 	})
 }
 
@@ -370,8 +370,8 @@ func (s *subResourceClient) Update(ctx context.Context, obj crclient.Object, opt
 func (s *subResourceClient) Patch(ctx context.Context, obj crclient.Object, patch crclient.Patch, opts ...crclient.SubResourcePatchOption) error {
 	name, _ := known.ClusterFrom(ctx)
 	return s.do(ctx, func(ctx context.Context, cl crclient.SubResourceClient) error {
-		stripClusterAnnotation(obj)
-		return cl.Patch(ctx, obj, unmarked(patch, name), opts...)
+		listed := stripClusterAnnotation(obj)
+		return cl.Patch(ctx, obj, unmarked(patch, listed, name), opts...)
 	})
 }
 

@@ -128,8 +128,10 @@
 // Patch of Status() and SubResource(name), remove it from the object before
 // sending it, so a listed item can be written back as is without the
 // annotation ever reaching an API server. A patch never mentions it,
-// whatever its type: one computed from a listed item (client.MergeFrom of
-// it) changes the annotations the caller changed and no other. Apply (and
+// whatever its type (escaped or not): one computed from a listed item
+// (client.MergeFrom of it) changes the annotations the caller changed and
+// no other, and one of an object that is no listed item (read with a
+// one-cluster Get) is controller-runtime's, byte for byte. Apply (and
 // that of Status() and SubResource(name)) sends an apply configuration
 // made from a listed item without it, leaving the caller's configuration
 // as it was. A one-cluster List does not set it.

@@ -124,6 +124,15 @@ func TestPatchDocumentNeverMentionsTheClusterAnnotation(t *testing.T) {
 		patch: rawPatch(types.MergePatchType, `{"metadata":{"annotations":{"mccr.dev/cluster":null,"y":"2"}}}`),
 		want:  `{"metadata":{"annotations":{"y":"2"}}}`,
 	}, {
+		name:  "merge patch, the key escaped",
+		patch: rawPatch(types.MergePatchType, `{"metadata":{"annotations":{"mccr\u002edev/cluster":"c1","\u006dccr.dev\/cluster":"c1","y":"2"}}}`),
+		want:  `{"metadata":{"annotations":{"y":"2"}}}`,
+	}, {
+		name: "JSON patch, the path escaped",
+		patch: rawPatch(types.JSONPatchType, `[{"op":"add","path":"/metadata/annotations/mccr\u002edev~1cluster","value":"c1"},`+
+			`{"op":"add","path":"/data/b","value":"2"}]`),
+		want: `[{"op":"add","path":"/data/b","value":"2"}]`,
+	}, {
 		name:  "apply patch",
 		patch: func(*corev1.ConfigMap) crclient.Patch { return crclient.Apply }, //nolint:staticcheck // the patch type is what is tested
 		want:  "",                                                               // checked below: no mention
@@ -165,6 +174,56 @@ func TestPatchDocumentNeverMentionsTheClusterAnnotation(t *testing.T) {
 			}
 			if _, ok := item.Annotations[known.ClusterAnnotation]; ok {
 				t.Errorf("obj still carries the annotation after the Patch: %v", item.Annotations)
+			}
+		})
+	}
+}
+
+// TestPatchOfAnItemNotListedIsControllerRuntimes: for an object read
+// with a one-cluster Get (no cluster annotation), the patch sent is the one
+// controller-runtime sends, byte for byte, whatever the caller changed.
+func TestPatchOfAnItemNotListedIsControllerRuntimes(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(cm *corev1.ConfigMap)
+		patch  func(base *corev1.ConfigMap) crclient.Patch
+	}{
+		{"data", func(cm *corev1.ConfigMap) { cm.Data["b"] = "2" }, nil},
+		{"every annotation removed", func(cm *corev1.ConfigMap) { cm.Annotations = nil }, nil},
+		{"an annotation removed", func(cm *corev1.ConfigMap) { delete(cm.Annotations, "x") }, nil},
+		{"an annotation added", func(cm *corev1.ConfigMap) { cm.Annotations["y"] = "2" }, nil},
+		{"every annotation replaced", func(cm *corev1.ConfigMap) { cm.Annotations = map[string]string{"y": "2"} }, nil},
+		{"the annotation set by the caller", func(cm *corev1.ConfigMap) { cm.Annotations[known.ClusterAnnotation] = "c1" }, nil},
+		{"strategic, every annotation removed", func(cm *corev1.ConfigMap) { cm.Annotations = nil },
+			func(base *corev1.ConfigMap) crclient.Patch { return crclient.StrategicMergeFrom(base) }},
+		{"optimistic lock", func(cm *corev1.ConfigMap) { cm.Annotations = nil },
+			func(base *corev1.ConfigMap) crclient.Patch {
+				return crclient.MergeFromWithOptions(base, crclient.MergeFromWithOptimisticLock{})
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, sent := sentPatches(t, map[string]string{"x": "1", "z": "3"})
+			var cm corev1.ConfigMap
+			if err := c.Get(in("c1"), crclient.ObjectKey{Namespace: "default", Name: "cm"}, &cm); err != nil {
+				t.Fatal(err)
+			}
+			base := cm.DeepCopy()
+			tc.change(&cm)
+			patch := crclient.MergeFrom(base)
+			if tc.patch != nil {
+				patch = tc.patch(base)
+			}
+			plain := cm.DeepCopy()
+			delete(plain.Annotations, known.ClusterAnnotation) // what a write sends of obj
+			want, err := patch.Data(plain)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Patch(in("c1"), &cm, patch); err != nil {
+				t.Fatal(err)
+			}
+			if got := sent(); len(got) != 1 || got[0] != string(want) {
+				t.Errorf("sent %q; controller-runtime sends %s", got, want)
 			}
 		})
 	}
