@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -47,6 +48,23 @@ type FileError struct {
 	OtherPath string
 	// Err is what went wrong.
 	Err error
+
+	// read is, for a context that failed, what NamedConfig.FilesRead would
+	// have listed as far as it was checked (see FilesRead).
+	read []string
+}
+
+// FilesRead returns, for a context that failed to load (Context is set),
+// the files its kubeconfig named and LoadFile read, or would have read,
+// before the problem: those read by the default rule, and the missing or
+// unreadable one the problem is about when it lies in the kubeconfig's
+// directory (never one that was refused). When one of them changes, loading
+// the kubeconfig again may give another result. See NamedConfig.FilesRead.
+func (e *FileError) FilesRead() []string {
+	if e == nil {
+		return nil
+	}
+	return slices.Clone(e.read)
 }
 
 // Error names the file and context. It never quotes the file's content:

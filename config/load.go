@@ -298,9 +298,9 @@ func parseKubeconfig(path string, data []byte, o LoadOptions) ([]*NamedConfig, e
 	var cfgs []*NamedConfig
 	var errs []error
 	for _, name := range names {
-		nc, err := buildContext(raw, name, filepath.Dir(abs), o)
+		nc, read, err := buildContext(raw, name, filepath.Dir(abs), o)
 		if err != nil {
-			errs = append(errs, &FileError{Path: path, Context: name, Err: err})
+			errs = append(errs, &FileError{Path: path, Context: name, Err: err, read: read})
 			continue
 		}
 		nc.Source = Source{File: path, Context: name}
@@ -309,35 +309,38 @@ func parseKubeconfig(path string, data []byte, o LoadOptions) ([]*NamedConfig, e
 	return cfgs, errors.Join(errs...)
 }
 
-func buildContext(raw *clientcmdapi.Config, name, dir string, o LoadOptions) (*NamedConfig, error) {
+// buildContext builds one context's config. read is what
+// checkFileReferences says the context's content was taken from, also when
+// err is set.
+func buildContext(raw *clientcmdapi.Config, name, dir string, o LoadOptions) (nc *NamedConfig, read []string, err error) {
 	// The context's name is the cluster's: the one gate for names applies
 	// here already, so that the context is reported with its file.
 	if err := ValidateName(name); err != nil {
-		return nil, fmt.Errorf("%w: context name: %w", ErrInvalidKubeconfig, err)
+		return nil, read, fmt.Errorf("%w: context name: %w", ErrInvalidKubeconfig, err)
 	}
 	kctx := raw.Contexts[name]
 	if kctx == nil || kctx.Cluster == "" {
-		return nil, fmt.Errorf("%w: context names no cluster", ErrInvalidKubeconfig)
+		return nil, read, fmt.Errorf("%w: context names no cluster", ErrInvalidKubeconfig)
 	}
 	cluster := raw.Clusters[kctx.Cluster]
 	if cluster == nil {
-		return nil, fmt.Errorf("%w: cluster %q not found", ErrInvalidKubeconfig, kctx.Cluster)
+		return nil, read, fmt.Errorf("%w: cluster %q not found", ErrInvalidKubeconfig, kctx.Cluster)
 	}
 	if cluster.Server == "" {
-		return nil, fmt.Errorf("%w: cluster %q has no server", ErrInvalidKubeconfig, kctx.Cluster)
+		return nil, read, fmt.Errorf("%w: cluster %q has no server", ErrInvalidKubeconfig, kctx.Cluster)
 	}
 	var user *clientcmdapi.AuthInfo
 	if kctx.AuthInfo != "" {
 		if user = raw.AuthInfos[kctx.AuthInfo]; user == nil {
-			return nil, fmt.Errorf("%w: user %q not found", ErrInvalidKubeconfig, kctx.AuthInfo)
+			return nil, read, fmt.Errorf("%w: user %q not found", ErrInvalidKubeconfig, kctx.AuthInfo)
 		}
 	}
 	if user != nil && !o.AllowAuthPlugins {
 		switch {
 		case user.Exec != nil:
-			return nil, fmt.Errorf("%w: user %q has an exec plugin", ErrAuthPluginRefused, kctx.AuthInfo)
+			return nil, read, fmt.Errorf("%w: user %q has an exec plugin", ErrAuthPluginRefused, kctx.AuthInfo)
 		case user.AuthProvider != nil:
-			return nil, fmt.Errorf("%w: user %q has an auth-provider", ErrAuthPluginRefused, kctx.AuthInfo)
+			return nil, read, fmt.Errorf("%w: user %q has an auth-provider", ErrAuthPluginRefused, kctx.AuthInfo)
 		}
 	}
 	// Work on copies holding only this context, so that what clientcmd
@@ -347,9 +350,9 @@ func buildContext(raw *clientcmdapi.Config, name, dir string, o LoadOptions) (*N
 	if user != nil {
 		user = user.DeepCopy()
 	}
-	refs, err := checkFileReferences(dir, cluster, user, o)
+	refs, read, err := checkFileReferences(dir, cluster, user, o)
 	if err != nil {
-		return nil, err
+		return nil, read, err
 	}
 	one := clientcmdapi.NewConfig()
 	one.Clusters[kctx.Cluster] = cluster
@@ -360,24 +363,25 @@ func buildContext(raw *clientcmdapi.Config, name, dir string, o LoadOptions) (*N
 
 	cfg, err := clientcmd.NewNonInteractiveClientConfig(*one, name, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrInvalidKubeconfig, withoutSecrets(err, cluster, user))
+		return nil, read, fmt.Errorf("%w: %s", ErrInvalidKubeconfig, withoutSecrets(err, cluster, user))
 	}
 	// A server that is no URL would fail later, in an error quoting it
 	// whole, password included.
 	if _, _, err := rest.DefaultServerUrlFor(&rest.Config{Host: cfg.Host}); err != nil {
-		return nil, fmt.Errorf("%w: server %s is neither a URL nor a host:port pair", ErrInvalidKubeconfig, quoteIfOdd(RedactURL(cfg.Host)))
+		return nil, read, fmt.Errorf("%w: server %s is neither a URL nor a host:port pair", ErrInvalidKubeconfig, quoteIfOdd(RedactURL(cfg.Host)))
 	}
 	// Certificates that do not parse, and exec plugins client-go does not
 	// run, would only fail later, when the cluster's Manager is built, far
 	// from the file that holds them. Auth providers are not checked: they
 	// are registered by the program that runs.
 	if _, err := rest.TLSConfigFor(&rest.Config{Host: cfg.Host, TLSClientConfig: cfg.TLSClientConfig}); err != nil {
-		return nil, fmt.Errorf("%w: TLS settings: %s", ErrInvalidKubeconfig, withoutSecrets(err, cluster, user))
+		return nil, read, fmt.Errorf("%w: TLS settings: %s", ErrInvalidKubeconfig, withoutSecrets(err, cluster, user))
 	}
 	if err := CheckExecPlugin(cfg.ExecProvider); err != nil {
-		return nil, fmt.Errorf("%w: user %q: %w", ErrInvalidKubeconfig, kctx.AuthInfo, err)
+		return nil, read, fmt.Errorf("%w: user %q: %w", ErrInvalidKubeconfig, kctx.AuthInfo, err)
 	}
-	nc := NewNamedConfig(name, cfg)
+	nc = NewNamedConfig(name, cfg)
 	nc.refs = refs
-	return nc, nil
+	nc.read = read
+	return nc, read, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"slices"
 
 	"k8s.io/client-go/rest"
 
@@ -58,6 +59,10 @@ type NamedConfig struct {
 	// (absolute, as written), whether or not Config still names them: a
 	// directory's loader tells data files from broken kubeconfigs by them.
 	refs []string
+
+	// read are those of refs whose content Config holds: LoadFile read
+	// them itself (see FilesRead).
+	read []string
 }
 
 // Source tells where a NamedConfig came from. At most one of its forms is
@@ -97,6 +102,22 @@ func SetsRateLimit(cfg *rest.Config) bool {
 // NewNamedConfig names cfg. The config is used as given (not copied).
 func NewNamedConfig(name string, cfg *rest.Config) *NamedConfig {
 	return &NamedConfig{Name: name, Config: cfg}
+}
+
+// FilesRead returns the files whose content the config holds because its
+// kubeconfig named them as certificate-authority, client-certificate,
+// client-key or tokenFile and LoadFile read them itself, by the default rule
+// (they lie in the kubeconfig's directory): absolute paths, as the
+// kubeconfig names them (symlinks not followed). The config is only as
+// current as these files were when it was loaded, so whoever keeps it
+// current (configwatcher's FileWatcher) loads the kubeconfig again when one
+// of them changes. Files left for client-go (AllowFileReferences) are not
+// listed, nor are any for a config that no kubeconfig file gave.
+func (c *NamedConfig) FilesRead() []string {
+	if c == nil {
+		return nil
+	}
+	return slices.Clone(c.read)
 }
 
 // String names the cluster and its source. It never includes credentials.

@@ -39,7 +39,13 @@ type fileRef struct {
 // after the check is ever read. With AllowFileReferences the paths are left
 // for client-go, which reads them again later (rotation); only their place
 // (unless any place is allowed), type and size are checked.
-func checkFileReferences(dir string, cluster *clientcmdapi.Cluster, user *clientcmdapi.AuthInfo, o LoadOptions) ([]string, error) {
+//
+// read lists the files whose content the context takes by the default rule
+// (see NamedConfig.FilesRead), even when err is set: those checked and read
+// before the problem, and the one that could not be resolved or read if its
+// path, as written, lies in dir, so that a watcher sees it come back. A
+// reference that is refused is never in it.
+func checkFileReferences(dir string, cluster *clientcmdapi.Cluster, user *clientcmdapi.AuthInfo, o LoadOptions) (named, read []string, err error) {
 	refs := []fileRef{{
 		field: "certificate-authority", path: &cluster.CertificateAuthority, data: &cluster.CertificateAuthorityData,
 		other: "certificate-authority-data", set: len(cluster.CertificateAuthorityData) > 0,
@@ -59,7 +65,6 @@ func checkFileReferences(dir string, cluster *clientcmdapi.Cluster, user *client
 			fileRef{field: "tokenFile", path: &user.TokenFile, token: &user.Token})
 	}
 
-	var named []string
 	for _, r := range refs {
 		if *r.path == "" {
 			continue
@@ -67,38 +72,46 @@ func checkFileReferences(dir string, cluster *clientcmdapi.Cluster, user *client
 		named = append(named, *r.path)
 	}
 	if o.AnyFileReferences {
-		return named, checkRegular(refs)
+		return named, nil, checkRegular(refs)
 	}
 
 	allowed, err := allowedRoots(dir, o.FileReferenceRoots)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	trusted := len(o.FileReferenceRoots) > 0
+	// failed is the read list that goes with an error about path p.
+	failed := func(p string) []string {
+		if trusted || !within(filepath.Clean(p), []string{filepath.Clean(dir)}) {
+			return read
+		}
+		return append(read, p)
+	}
 	for _, r := range refs {
 		p := *r.path
 		if p == "" {
 			continue
 		}
 		if r.set && !trusted {
-			return nil, fmt.Errorf("%w: both %s and %s are set", ErrInvalidKubeconfig, r.field, r.other)
+			return nil, read, fmt.Errorf("%w: both %s and %s are set", ErrInvalidKubeconfig, r.field, r.other)
 		}
 		resolved, err := filepath.EvalSymlinks(p)
 		if err != nil {
 			// Not %w: a missing referenced file must not read as the
 			// kubeconfig itself gone (fs.ErrNotExist) to a watcher.
-			return nil, fmt.Errorf("%w: %s %s cannot be resolved: %v", ErrInvalidKubeconfig, r.field, quoteIfOdd(p), bareFSError(err)) //nolint:errorlint // see above
+			return nil, failed(p), fmt.Errorf("%w: %s %s cannot be resolved: %v", ErrInvalidKubeconfig, r.field, quoteIfOdd(p), bareFSError(err)) //nolint:errorlint // see above
 		}
 		if !within(resolved, allowed) {
-			return nil, fmt.Errorf("%w: %s %s leads out of %s", ErrFileReferenceRefused, r.field, quoteIfOdd(p), quoteIfOdd(dir))
+			return nil, read, fmt.Errorf("%w: %s %s leads out of %s", ErrFileReferenceRefused, r.field, quoteIfOdd(p), quoteIfOdd(dir))
 		}
 		data, err := readReferenced(resolved, allowed)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s %s: %v", ErrInvalidKubeconfig, r.field, quoteIfOdd(p), err) //nolint:errorlint // as above
+			return nil, failed(p), fmt.Errorf("%w: %s %s: %v", ErrInvalidKubeconfig, r.field, quoteIfOdd(p), err) //nolint:errorlint // as above
 		}
 		if trusted {
 			continue
 		}
+		read = append(read, p)
 		if r.token != nil {
 			// client-go trims a token file's content the same way.
 			*r.token = strings.TrimSpace(string(data))
@@ -107,7 +120,7 @@ func checkFileReferences(dir string, cluster *clientcmdapi.Cluster, user *client
 		}
 		*r.path = ""
 	}
-	return named, nil
+	return named, read, nil
 }
 
 // checkRegular is the rule for files the caller trusts: opening a FIFO

@@ -33,6 +33,13 @@ const (
 	// retryInterval is how soon a watch that could not be set up (say, the
 	// parent directory is gone) is tried again.
 	retryInterval = time.Second
+
+	// maxReferenceDirs bounds the directories watched for the files that
+	// kubeconfigs refer to (beyond those watched for the kubeconfigs
+	// themselves), so that a directory full of kubeconfigs naming files in
+	// as many sub-directories cannot use up the user's inotify watches. The
+	// files beyond it are read again only when something else changes.
+	maxReferenceDirs = 256
 )
 
 // FileOptions configures a FileWatcher. The zero value is usable; defaults
@@ -174,7 +181,18 @@ func newFileOptions(opts []FileOption) (FileOptions, error) {
 // reported again if it goes away and comes back.
 //
 // Files that a kubeconfig refers to (CA, client certificate and key, token
-// file) are not watched for content: client-go reads them again itself.
+// file) and that mccr reads itself — by default: they must lie in the
+// kubeconfig's directory — are watched too (config.NamedConfig.FilesRead):
+// their directories, sub-directories included, and the symlinks on the way
+// to them, each for the referenced names only. A file rotated in place, by
+// rename or through a "..data" swap, or removed and created again, makes the
+// watcher read the kubeconfigs again: an Updated event for each cluster
+// whose content changed; a file that became unreadable is reported, naming
+// it, and the cluster keeps its last good config. A reference dropped from
+// the kubeconfigs stops being watched. At most 256 such directories are
+// watched (a problem on Errors says when there are more). Files that
+// AllowFileReferences leaves to client-go are not watched: client-go reads
+// them itself.
 //
 // Sources (config.Source.File) name files by absolute path, as found under
 // the watched path, not through symlinks.
@@ -196,6 +214,7 @@ type FileWatcher struct {
 	watched    map[string]os.FileInfo
 	filter     watchSet // which events of each watched directory matter
 	retryWatch bool
+	readAgain  bool // a watch was set up after the files it covers were read
 	files      map[string]*fileState
 	reported   map[string]bool
 	owners     map[string]string // cluster name → the file it is served from
@@ -206,6 +225,10 @@ var _ ConfigWatcher = (*FileWatcher)(nil)
 // fileState is what one file last contributed.
 type fileState struct {
 	good map[string]*config.NamedConfig
+	// read are the files its configs, the good ones and the contexts that
+	// failed, were read from (config.NamedConfig.FilesRead), watched so
+	// that a rotated token or certificate is read again.
+	read []string
 }
 
 // NewFileWatcher watches fileOrDir, which must exist, and starts reporting
@@ -297,12 +320,18 @@ func (w *FileWatcher) run() {
 		timer.Reset(wait)
 	}
 
+	again := func() {
+		switch {
+		case w.readAgain:
+			schedule(w.opts.Debounce)
+		case w.retryWatch:
+			schedule(retryInterval)
+		}
+	}
 	if !w.sync() {
 		return
 	}
-	if w.retryWatch {
-		schedule(retryInterval)
-	}
+	again()
 	fsEvents, fsErrors := w.fsw.Events, w.fsw.Errors
 	for {
 		select {
@@ -337,16 +366,15 @@ func (w *FileWatcher) run() {
 			if !w.sync() {
 				return
 			}
-			if w.retryWatch {
-				schedule(retryInterval)
-			}
+			again()
 		}
 	}
 }
 
 // relevant filters the events of directories watched only for some of
-// their entries: the root's parent (to see the root come and go) and the
-// directories holding the symlinks on the way to the root and its files.
+// their entries: the root's parent (to see the root come and go), the
+// directories holding the symlinks on the way to the root, its files and
+// the files they refer to, and the directories of those referenced files.
 // Everything else may change what the files say.
 func (w *FileWatcher) relevant(ev fsnotify.Event) bool {
 	if _, ok := w.filter[ev.Name]; ok {
@@ -373,15 +401,18 @@ func (w *FileWatcher) sync() bool {
 	if fi, err := os.Stat(w.root); err == nil {
 		w.rootIsDir = fi.IsDir()
 	}
-	// Watch before reading, so that a change made while reading is seen.
-	problems = append(problems, w.updateWatches(files)...)
+	// Watch before reading, so that a change made while reading is seen;
+	// the referenced files are those of the last read.
+	w.readAgain = false
+	refs := w.filesRead()
+	problems = append(problems, w.updateWatches(files, refs)...)
 	// A file created between the listing and the watch above sent no event
 	// (the first sync races with a caller writing files right after
 	// NewFileWatcher returns): list again now that the watch is in place.
 	if listErr == nil {
 		if again, err := config.KubeconfigFiles(w.root); err == nil && !slices.Equal(again, files) {
 			files = again
-			problems = append(problems, w.updateWatches(files)...)
+			problems = append(problems, w.updateWatches(files, refs)...)
 		}
 	}
 
@@ -427,6 +458,14 @@ func (w *FileWatcher) sync() bool {
 		}
 		delete(w.files, f)
 	}
+	// The kubeconfigs may name other files now: watch those (and stop
+	// watching the ones no longer named). One that was read before its
+	// watch was in place may have changed meanwhile unseen: read again.
+	if now := w.filesRead(); !slices.Equal(now, refs) {
+		before := w.filter
+		problems = append(problems, w.updateWatches(files, now)...)
+		w.readAgain = !before.covers(w.filter)
+	}
 
 	// A name already served stays with its file: a newcomer defining it is
 	// the conflict, whatever its path.
@@ -468,6 +507,28 @@ func (st *fileState) update(cfgs []*config.NamedConfig, err error) {
 		}
 	}
 	st.good = next
+
+	var read []string
+	for _, c := range next {
+		read = append(read, c.FilesRead()...)
+	}
+	for _, e := range appendFlat(nil, err) {
+		if fe, ok := errors.AsType[*config.FileError](e); ok {
+			read = append(read, fe.FilesRead()...)
+		}
+	}
+	st.read = read
+}
+
+// filesRead lists, sorted, the files that the files' configs were read
+// from.
+func (w *FileWatcher) filesRead() []string {
+	var out []string
+	for _, st := range w.files {
+		out = append(out, st.read...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func (st *fileState) configs() []*config.NamedConfig {
@@ -484,6 +545,27 @@ func (st *fileState) configs() []*config.NamedConfig {
 type watchSet map[string]map[string]bool
 
 func (ws watchSet) all(dir string) { ws[dir] = nil }
+
+// covers says whether ws lets through every event that other does.
+func (ws watchSet) covers(other watchSet) bool {
+	for dir, names := range other {
+		mine, ok := ws[dir]
+		switch {
+		case !ok:
+			return false
+		case mine == nil:
+			continue
+		case names == nil:
+			return false
+		}
+		for name := range names {
+			if !mine[name] {
+				return false
+			}
+		}
+	}
+	return true
+}
 
 func (ws watchSet) entry(dir, name string) {
 	names, ok := ws[dir]
@@ -549,11 +631,15 @@ func (ws watchSet) follow(p string) (string, error) {
 
 // updateWatches follows the whole watched path: the directory (or the
 // single file's directory), its parent (to see it replaced, removed or
-// created), the directories that symlinked files lead into, and every
-// directory holding a symlink on the way to any of them, so that switching
-// a link anywhere on the way is seen. Directories are watched by their real
-// paths; one replaced by another of the same name is watched again.
-func (w *FileWatcher) updateWatches(files []string) []error {
+// created), the directories that symlinked files lead into, the
+// directories of the files refs that the kubeconfigs refer to (for those
+// names only; where one does not resolve, the last directory on its way
+// that exists, for the missing name), and every directory holding a
+// symlink on the way to any of them, so that switching a link anywhere on
+// the way is seen. Directories are watched by their real paths; one
+// replaced by another of the same name is watched again. What is no longer
+// on the way is no longer watched.
+func (w *FileWatcher) updateWatches(files, refs []string) []error {
 	var problems []error
 	w.retryWatch = false
 	ws := watchSet{}
@@ -573,6 +659,16 @@ func (w *FileWatcher) updateWatches(files []string) []error {
 		resolved, err := ws.follow(f)
 		if err == nil && filepath.Dir(resolved) != realRoot {
 			ws.all(filepath.Dir(resolved))
+		}
+	}
+	base := len(ws)
+	for i, p := range refs {
+		if len(ws)-base >= maxReferenceDirs {
+			problems = append(problems, fmt.Errorf("configwatcher: the kubeconfigs of %s refer to files in more than %d directories: %d of the files are not watched, and are read again only when something else changes", w.root, maxReferenceDirs, len(refs)-i))
+			break
+		}
+		if resolved, err := ws.follow(p); err == nil {
+			ws.entry(filepath.Dir(resolved), filepath.Base(resolved))
 		}
 	}
 	desired := make([]string, 0, len(ws))
