@@ -91,7 +91,7 @@ var (
 	}, []string{"replica"})
 	shardUnowned = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "mccr_shard_unowned_seconds",
-		Help:    "Per handover, how long no replica ran the cluster: from its release, or its holder's last heartbeat, to its takeover (sharding).",
+		Help:    "Per handover, how long no replica ran the cluster, by the taking replica's own clock: from when it saw the release, or last saw the holder's heartbeat, to its takeover (sharding).",
 		Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60},
 	}, []string{"replica"})
 	shardDuplicate = prometheus.NewGaugeVec(prometheus.GaugeOpts{

@@ -40,12 +40,16 @@ func newCoordinator(host manager.Manager, o ShardingOptions, clusters *registry,
 // cluster records, and own/disown on them.
 type shardMembers struct{ clusters *registry }
 
-func (m shardMembers) Names() []string {
+// Names gives each record as its own identity: a name deleted and added
+// again between two of the coordinator's steps has a new record (the old
+// one retired once its Manager stopped), which starts not local and must
+// be told afresh whether it runs here and who runs it.
+func (m shardMembers) Names() []shard.Member {
 	all := m.clusters.all()
-	names := make([]string, 0, len(all))
+	names := make([]shard.Member, 0, len(all))
 	for _, cl := range all {
 		if cl.known() {
-			names = append(names, cl.name)
+			names = append(names, shard.Member{Name: cl.name, Record: cl})
 		}
 	}
 	return names

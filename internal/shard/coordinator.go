@@ -62,6 +62,15 @@ type Coordinator struct {
 	seenFences int64
 	claims     map[string]*claim
 	told       map[string]string // name → owner last told to Members ("" none; ownTag: this replica)
+	// records holds, by name, the Members' record of each cluster this
+	// replica has to do with (absent: none) as last seen: a new record
+	// is told afresh.
+	records map[string]any
+	// held remembers, by Lease name, the last version of each cluster
+	// Lease this replica saw held, and when it last saw it so: a Lease
+	// that vanishes or loses its holder without a release waits for the
+	// duration its holder declared (claims.go).
+	held       map[string]heldMark
 	wasHealthy bool
 	// epoch changes whenever this replica may have lost its claims: its
 	// renewals lapsed, the watchdog fired, or another process wrote its
@@ -76,6 +85,17 @@ type Coordinator struct {
 // ownTag is what told holds for a cluster this replica was told to run.
 const ownTag = "\x00own"
 
+// absent is what records holds for a name the Members have no record of.
+type absent struct{}
+
+// heldMark is what a replica remembers of a cluster Lease it saw held.
+type heldMark struct {
+	holder, writer, rv string
+	renew              time.Time     // the renewTime its holder wrote (its clock: compared, never measured)
+	at                 time.Time     // last seen so, by this replica's clock
+	d                  time.Duration // the duration its holder declared
+}
+
 // New returns the Coordinator of replica o.Identity, working on leases (a
 // client of o.Namespace's Leases).
 func New(leases coordclient.LeaseInterface, members Members, o Options) *Coordinator {
@@ -83,9 +103,11 @@ func New(leases coordclient.LeaseInterface, members Members, o Options) *Coordin
 	log := o.Logger.WithValues("replica", o.Identity)
 	c := &Coordinator{
 		o: o, leases: leases, members: members, log: log,
-		kick:   make(chan struct{}, 1),
-		claims: map[string]*claim{},
-		told:   map[string]string{},
+		kick:    make(chan struct{}, 1),
+		claims:  map[string]*claim{},
+		told:    map[string]string{},
+		records: map[string]any{},
+		held:    map[string]heldMark{},
 	}
 	c.cache = newCache(o.Clock, o.Group, o.RenewDeadline, c.poke)
 	// A list of many Leases on a loaded server takes longer than a renewal.
@@ -220,6 +242,10 @@ func (c *Coordinator) step(ctx context.Context) {
 		// replica could not have heard tells nothing of the others, and
 		// the watch may be as stale as its view.
 		c.cache.blind(now)
+		for n, h := range c.held {
+			h.at = now
+			c.held[n] = h
+		}
 		if c.joined {
 			c.watch.restart()
 		}
@@ -238,7 +264,14 @@ func (c *Coordinator) step(ctx context.Context) {
 	if run {
 		live = append(live, c.o.Identity)
 	}
-	names := c.members.Names()
+	c.remember(snap, now)
+	members := c.members.Names()
+	names := make([]string, 0, len(members))
+	records := make(map[string]any, len(members))
+	for _, m := range members {
+		names = append(names, m.Name)
+		records[m.Name] = m.Record
+	}
 	slices.Sort(names)
 	assigned := Assign(Input{Replicas: live, Names: names, Pins: c.o.Pins, LoadFactor: c.o.LoadFactor})
 	desired := make(map[string]bool, len(names))
@@ -247,12 +280,18 @@ func (c *Coordinator) step(ctx context.Context) {
 	}
 	c.budget = maxRequestsPerStep
 	concerned := c.concerned(names, snap)
+	c.renewed(concerned, records)
 	for _, name := range concerned {
 		c.settle(ctx, name, snap, assigned[name], desired[name], run)
 	}
 	for name := range c.told {
 		if _, ok := slices.BinarySearch(concerned, name); !ok {
 			delete(c.told, name)
+		}
+	}
+	for name := range c.records {
+		if _, ok := slices.BinarySearch(concerned, name); !ok {
+			delete(c.records, name)
 		}
 	}
 	running := 0
@@ -268,6 +307,46 @@ func (c *Coordinator) step(ctx context.Context) {
 	}
 	if c.budget <= 0 {
 		c.poke() // more to do: go on at once
+	}
+}
+
+// renewed notices the clusters whose record the Members replaced (deleted
+// and added again between two steps): the new record was told nothing, so
+// it is told afresh who runs it, and told to run if this replica does. The
+// old record retired only once its Manager had stopped.
+func (c *Coordinator) renewed(concerned []string, records map[string]any) {
+	for _, name := range concerned {
+		r, ok := records[name]
+		if !ok {
+			r = absent{}
+		}
+		prev, seen := c.records[name]
+		c.records[name] = r
+		if !seen || prev == r {
+			continue
+		}
+		delete(c.told, name)
+		if cl := c.claims[name]; cl != nil && cl.running {
+			if _, now := records[name]; now {
+				c.told[name] = ownTag
+				c.members.Own(name)
+			}
+		}
+	}
+}
+
+// remember notes, for each cluster Lease seen held, its version and when
+// it was seen so; it forgets those seen neither held nor for a duration.
+func (c *Coordinator) remember(snap map[string]entry, now time.Time) {
+	for name, e := range snap {
+		if e.role() == RoleCluster && !e.gone && e.rec.holder != "" {
+			c.held[name] = heldMark{holder: e.rec.holder, writer: e.rec.writer, rv: e.lease.ResourceVersion, renew: e.rec.renew, at: now, d: e.declared(c.o.LeaseDuration)}
+		}
+	}
+	for name, h := range c.held {
+		if !now.Before(h.at.Add(h.d)) {
+			delete(c.held, name)
+		}
 	}
 }
 
@@ -376,11 +455,30 @@ func (c *Coordinator) forgetReplicas(ctx context.Context, snap map[string]entry,
 // collect deletes the Leases of clusters that left the fleet and that no
 // live replica holds.
 func (c *Coordinator) collect(ctx context.Context, snap map[string]entry, desired map[string]bool, now time.Time) {
+	// A cluster's Lease is known by its name: an annotation may lie.
+	keep := make(map[string]bool, len(desired)+len(c.claims))
+	for n := range desired {
+		keep[ClusterLeaseName(c.o.Group, n)] = true
+	}
+	for n := range c.claims {
+		keep[ClusterLeaseName(c.o.Group, n)] = true
+	}
 	for name, e := range snap {
 		if !c.mayCall() {
 			return
 		}
-		if e.role() != RoleCluster || e.gone || desired[e.rec.cluster] || e.rec.holder == c.o.Identity || c.claims[e.rec.cluster] != nil {
+		if e.role() != RoleCluster || e.gone || keep[name] {
+			continue
+		}
+		if e.rec.holder == c.o.Identity {
+			// Released or deleted by settle when its annotation names the
+			// cluster; else, once no claim of this replica's is on it, as
+			// settle would.
+			if e.lease.Name == ClusterLeaseName(c.o.Group, e.rec.cluster) ||
+				e.rec.writer != c.o.Writer && (!c.hb.alone(now) || !e.expired(now, c.o.LeaseDuration)) {
+				continue
+			}
+			c.delete(ctx, name, e)
 			continue
 		}
 		if e.rec.holder != "" && (!e.expired(now, c.o.LeaseDuration) || c.alive(e.rec.holder, now)) {
@@ -471,7 +569,7 @@ func (c *Coordinator) handedOver() bool {
 		return true
 	}
 	for name, cl := range c.claims {
-		if e, ok := c.cache.get(ClusterLeaseName(c.o.Group, name)); ok && c.mine(cl, e) {
+		if e, ok := c.cache.get(ClusterLeaseName(c.o.Group, name)); cl.pending || ok && !e.gone && e.rec.holder == c.o.Identity && e.rec.writer == c.o.Writer {
 			return false
 		}
 	}

@@ -29,6 +29,11 @@ const (
 	// LeavingAnnotation marks the Lease of a replica that stops: the others
 	// no longer assign it anything.
 	LeavingAnnotation = "mccr.dev/leaving"
+	// ReleasedAnnotation marks a cluster's Lease its holder released: it
+	// holds the resourceVersion of the claim released. A Lease without a
+	// holder and without it (a hand edit, a restored copy of an old
+	// release) is not taken as released by a replica that saw it held.
+	ReleasedAnnotation = "mccr.dev/shard-released"
 	// StandbyAnnotation marks the Lease of a replica that takes no cluster
 	// for now, and says why (another process writes its Lease).
 	StandbyAnnotation = "mccr.dev/shard-standby"

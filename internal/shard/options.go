@@ -18,8 +18,8 @@ const MaxLeaseDuration = time.Hour
 // it never calls the Coordinator. Its methods are called from two
 // goroutines (the loop and the watchdog) and must not block.
 type Members interface {
-	// Names returns the fleet's cluster names.
-	Names() []string
+	// Names returns the fleet's clusters.
+	Names() []Member
 	// Own lets this replica run the cluster: it holds the cluster's Lease.
 	Own(name string)
 	// Disown stops the cluster on this replica, if it runs here, and tells
@@ -31,13 +31,26 @@ type Members interface {
 	StopAll()
 }
 
+// Member is one cluster of the fleet, as Members.Names gives it.
+type Member struct {
+	Name string
+	// Record identifies the record the Members keep of the cluster (any
+	// comparable value): when it changes (the cluster was deleted and
+	// added again, and its new record knows nothing yet), the Coordinator
+	// tells the new record afresh whether it runs here and who runs it.
+	Record any
+}
+
 // Metrics receives what a replica's series show. Its methods are called
 // from the loop's goroutine.
 type Metrics interface {
 	// Owned is how many clusters this replica runs.
 	Owned(n int)
 	// Handover counts a cluster taken over from another holder or from a
-	// release, with how long nobody ran it.
+	// release, with how long nobody ran it as this replica saw it, by its
+	// own clock: since it saw the release (or saw the Lease last held, for
+	// one deleted or blanked), or since it last saw the holder renew its
+	// replica Lease. Another replica's clock never enters it.
 	Handover(unowned time.Duration)
 	// DuplicateIdentity is whether another process renews this replica's
 	// Lease.

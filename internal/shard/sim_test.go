@@ -183,7 +183,13 @@ type simMembers struct {
 	r *simReplica
 }
 
-func (m *simMembers) Names() []string { return slices.Clone(m.s.names) }
+func (m *simMembers) Names() []Member {
+	out := make([]Member, 0, len(m.s.names))
+	for _, n := range m.s.names {
+		out = append(out, Member{Name: n})
+	}
+	return out
+}
 func (m *simMembers) Own(name string) { m.s.rec.start(m.r.id, name) }
 func (m *simMembers) Disown(name, _ string) <-chan struct{} {
 	return m.s.rec.stop(m.r.id, name, m.s.stopDelay)
@@ -272,14 +278,16 @@ func (l *ledger) tick(dt time.Duration, names []string) {
 	if l.dark == nil {
 		l.dark = map[string]time.Duration{}
 	}
-	for _, n := range names {
-		rs := l.running[n]
+	for _, rs := range l.running { // clusters that left the fleet stop too
 		for id, st := range rs {
 			if !st.stopAt.IsZero() && !now.Before(st.stopAt) {
 				close(st.done)
 				delete(rs, id)
 			}
 		}
+	}
+	for _, n := range names {
+		rs := l.running[n]
 		switch len(rs) {
 		case 0:
 			l.dark[n] += dt

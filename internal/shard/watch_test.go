@@ -2,7 +2,6 @@ package shard
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -86,10 +85,14 @@ type recMembers struct {
 	log     []string
 }
 
-func (m *recMembers) Names() []string {
+func (m *recMembers) Names() []Member {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return slices.Clone(m.names)
+	out := make([]Member, 0, len(m.names))
+	for _, n := range m.names {
+		out = append(out, Member{Name: n})
+	}
+	return out
 }
 func (m *recMembers) Own(name string) {
 	m.mu.Lock()
