@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -184,52 +185,38 @@ func TestMembersStopWithTheServer(t *testing.T) {
 
 // TestUpdateCountsRestartsAfresh: an Update that replaces the member starts
 // counting its restarts afresh (ClusterStatus.Restarts), and forgets when
-// the old config was to be retried.
+// the old config was to be retried; so does an Update of a member that
+// runs nowhere at the time (the Server stopped here).
 func TestUpdateCountsRestartsAfresh(t *testing.T) {
-	srv, _ := fakeServer(t, nil, configMapController("cms"))
-	if err := srv.Add(unreachable(t, "rv")); err != nil {
-		t.Fatal(err)
-	}
-	test.Eventually(t, 30*time.Second, "rv restarted twice", func() bool {
-		st, err := srv.Status("rv")
-		return err == nil && st.Restarts >= 2
-	})
-	if err := srv.Update(config.NewNamedConfig("rv", fakeMember(t).Config())); err != nil {
-		t.Fatal(err)
-	}
-	waitPhase(t, srv, "rv", server.PhaseReady)
-	st, err := srv.Status("rv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Restarts != 0 || !st.NextRetry.IsZero() {
-		t.Errorf("after an Update that replaced the member: Restarts = %d, NextRetry = %s; want 0 and none", st.Restarts, st.NextRetry)
-	}
-}
-
-// TestUpdateCountsRestartsAfreshWhenNothingRuns: the same for an Update
-// of a member that runs nowhere at the time (the Server stopped here).
-func TestUpdateCountsRestartsAfreshWhenNothingRuns(t *testing.T) {
-	srv, stop := fakeServer(t, nil, configMapController("cms"))
-	if err := srv.Add(unreachable(t, "rv")); err != nil {
-		t.Fatal(err)
-	}
-	test.Eventually(t, 30*time.Second, "rv restarted twice", func() bool {
-		st, err := srv.Status("rv")
-		return err == nil && st.Restarts >= 2
-	})
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Update(config.NewNamedConfig("rv", fakeMember(t).Config())); err != nil {
-		t.Fatal(err)
-	}
-	st, err := srv.Status("rv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Restarts != 0 || !st.NextRetry.IsZero() {
-		t.Errorf("after an Update that replaced the config of a member that runs nowhere: Restarts = %d, NextRetry = %s; want 0 and none", st.Restarts, st.NextRetry)
+	for _, stopped := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stopped=%v", stopped), func(t *testing.T) {
+			srv, stop := fakeServer(t, nil, configMapController("cms"))
+			if err := srv.Add(unreachable(t, "rv")); err != nil {
+				t.Fatal(err)
+			}
+			test.Eventually(t, 30*time.Second, "rv restarted twice", func() bool {
+				st, err := srv.Status("rv")
+				return err == nil && st.Restarts >= 2
+			})
+			if stopped {
+				if err := stop(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := srv.Update(config.NewNamedConfig("rv", fakeMember(t).Config())); err != nil {
+				t.Fatal(err)
+			}
+			if !stopped {
+				waitPhase(t, srv, "rv", server.PhaseReady)
+			}
+			st, err := srv.Status("rv")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Restarts != 0 || !st.NextRetry.IsZero() {
+				t.Errorf("after an Update that replaced the member: Restarts = %d, NextRetry = %s; want 0 and none", st.Restarts, st.NextRetry)
+			}
+		})
 	}
 }
 

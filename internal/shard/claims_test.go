@@ -9,7 +9,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
@@ -121,7 +120,7 @@ func TestSimUnownedUnderSkew(t *testing.T) {
 		t.Run(off.String(), func(t *testing.T) {
 			s := newSim(t, 8)
 			s.quiet = true
-			addClock(s, "a", defaultTiming, Options{}, skewed{s.clock, off})
+			s.addClock("a", defaultTiming, Options{}, skewed{s.clock, off})
 			s.until(30*time.Second, "a runs everything", func() bool { return s.settled() && s.load()["a"] == 8 })
 			m := &handovers{}
 			s.add("b", defaultTiming, Options{Metrics: m})
@@ -136,26 +135,6 @@ func TestSimUnownedUnderSkew(t *testing.T) {
 			}
 		})
 	}
-}
-
-// addClock is sim.add with a clock of the replica's own.
-func addClock(s *sim, id string, tm timing, o Options, clk clock.WithTicker) *simReplica {
-	o.Group, o.Identity, o.Namespace = "fleet", id, s.store.ns
-	o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = tm.lease, tm.renew, tm.retry
-	o.Clock = clk
-	lines := &lineCounter{quiet: s.quiet}
-	o.Logger = lines.logger(s.t, id)
-	o.Writer = fmt.Sprintf("%s-%d", id, len(s.reps))
-	r := &simReplica{id: id, lines: lines}
-	r.leases = &fakeLeases{s: s.store, clock: s.clock}
-	r.leases.onHang = func() {
-		r.busyUntil = later(r.busyUntil, s.clock.Now()).Add(max(tm.retry, tm.renew/3))
-	}
-	r.members = &simMembers{s: s, r: r}
-	r.c = New(r.leases, r.members, o)
-	r.c.cache.relist(s.store.list())
-	s.reps = append(s.reps, r)
-	return r
 }
 
 // TestSimAlteredClusterAnnotation: the cluster annotation of c00's Lease

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -64,12 +65,17 @@ var defaultTiming = timing{8 * time.Second, 4 * time.Second, time.Second}
 
 // add starts a replica: id with group "fleet" unless o says otherwise.
 func (s *sim) add(id string, tm timing, o Options) *simReplica {
+	return s.addClock(id, tm, o, s.clock)
+}
+
+// addClock is add with a clock of the replica's own.
+func (s *sim) addClock(id string, tm timing, o Options, clk clock.WithTicker) *simReplica {
 	if o.Group == "" {
 		o.Group = "fleet"
 	}
 	o.Identity, o.Namespace = id, s.store.ns
 	o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = tm.lease, tm.renew, tm.retry
-	o.Clock = s.clock
+	o.Clock = clk
 	lines := &lineCounter{quiet: s.quiet}
 	o.Logger = lines.logger(s.t, id)
 	if o.Writer == "" {
