@@ -110,7 +110,9 @@
 // no leader election, then controllers and the rest. Its
 // GracefulShutdownTimeout is the one in the ctrl.Options given to
 // NewServer, with controller-runtime's meaning (nil is 30s, zero does not
-// wait, negative waits as long as it takes).
+// wait, negative waits as long as it takes), and its runnables (Reconcile
+// among them) get a context made by that ctrl.Options.BaseContext, when
+// set, with the member's logger and name added.
 //
 // A member's informers queue each event per handler, in the order
 // client-go's informers would, with a delivery goroutine only while a

@@ -369,7 +369,14 @@ func (g *generation) build(lease *conntrack.Lease, end *stopper, mon *reach.Moni
 			Logger:     log,
 			Controller: ctrlOpts,
 			BaseContext: func() context.Context {
-				return known.WithCluster(logr.NewContext(context.Background(), log), name)
+				// The program's own values first (ctrl.Options.BaseContext,
+				// as a plain Manager's runnables get them), then the
+				// member's logger and name.
+				base := context.Background()
+				if o.BaseContext != nil {
+					base = o.BaseContext()
+				}
+				return known.WithCluster(logr.NewContext(base, log), name)
 			},
 			GracefulShutdownTimeout: o.GracefulShutdownTimeout,
 			Elected:                 g.elected,
