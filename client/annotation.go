@@ -115,9 +115,10 @@ func (p unmarkedPatch) Data(obj crclient.Object) ([]byte, error) {
 	return unmarkPatchData(pt, again)
 }
 
-// markOf returns a merge patch's metadata.annotations, and whether it
-// has that key (present, but null: removes every annotation).
-func markOf(doc map[string]any) (a map[string]any, present bool) {
+// annotationsOf returns an object's (or a merge patch's)
+// metadata.annotations, and whether it has that key (in a merge patch,
+// present but null removes every annotation).
+func annotationsOf(doc map[string]any) (a map[string]any, present bool) {
 	md, _ := doc["metadata"].(map[string]any)
 	v, present := md["annotations"]
 	a, _ = v.(map[string]any)
@@ -127,7 +128,7 @@ func markOf(doc map[string]any) (a map[string]any, present bool) {
 // touchesMark reports whether a merge patch mentions the annotation or
 // removes every annotation.
 func touchesMark(doc map[string]any) bool {
-	a, present := markOf(doc)
+	a, present := annotationsOf(doc)
 	if !present {
 		return false
 	}
@@ -140,7 +141,7 @@ func touchesMark(doc map[string]any) bool {
 
 // setsMark reports whether a merge patch sets the annotation to a value.
 func setsMark(doc map[string]any) bool {
-	a, _ := markOf(doc)
+	a, _ := annotationsOf(doc)
 	v, ok := a[known.ClusterAnnotation]
 	return ok && v != nil
 }
@@ -191,13 +192,12 @@ func objectPatch(pt types.PatchType, data []byte) (map[string]any, bool) {
 // patch, an empty map changes nothing; in an apply patch, it claims an
 // empty map). It reports whether it removed anything.
 func unmarkObject(doc map[string]any, prune bool) bool {
-	md, _ := doc["metadata"].(map[string]any)
-	a, _ := md["annotations"].(map[string]any)
-	if _, ok := a[known.ClusterAnnotation]; !ok {
+	if !hasClusterAnnotation(doc) {
 		return false
 	}
+	a, _ := annotationsOf(doc)
 	delete(a, known.ClusterAnnotation)
-	if prune && len(a) == 0 {
+	if md := doc["metadata"].(map[string]any); prune && len(a) == 0 {
 		delete(md, "annotations")
 		if len(md) == 0 {
 			delete(doc, "metadata")
@@ -284,8 +284,7 @@ func applyUnmarked(obj runtime.ApplyConfiguration, apply func(runtime.ApplyConfi
 // hasClusterAnnotation reports whether unstructured content carries
 // known.ClusterAnnotation.
 func hasClusterAnnotation(content map[string]any) bool {
-	md, _ := content["metadata"].(map[string]any)
-	a, _ := md["annotations"].(map[string]any)
+	a, _ := annotationsOf(content)
 	_, ok := a[known.ClusterAnnotation]
 	return ok
 }
