@@ -69,10 +69,15 @@ type claim struct {
 	waiting  string          // why a cluster assigned here does not run yet, as last logged
 }
 
+// namesMe reports whether e names this process as its holder: this
+// replica's identity, written by this process.
+func (c *Coordinator) namesMe(e entry) bool {
+	return !e.gone && e.rec.holder == c.o.Identity && e.rec.writer == c.o.Writer
+}
+
 // mine reports whether e holds this replica's standing claim.
 func (c *Coordinator) mine(cl *claim, e entry) bool {
-	return !e.gone && e.rec.holder == c.o.Identity && e.rec.writer == c.o.Writer &&
-		cl.lastRV != "" && e.lease.ResourceVersion == cl.lastRV
+	return c.namesMe(e) && cl.lastRV != "" && e.lease.ResourceVersion == cl.lastRV
 }
 
 // confirm settles a pending claim by e, a version read from the API
@@ -82,7 +87,7 @@ func (c *Coordinator) confirm(cl *claim, e entry) bool {
 	if !cl.pending {
 		return false
 	}
-	if e.gone || e.rec.holder != c.o.Identity || e.rec.writer != c.o.Writer || !e.rec.renew.Equal(cl.sent) {
+	if !c.namesMe(e) || !e.rec.renew.Equal(cl.sent) {
 		return false
 	}
 	cl.lastRV, cl.epoch, cl.pending = e.lease.ResourceVersion, cl.sentAt, false

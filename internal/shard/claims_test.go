@@ -3,12 +3,15 @@ package shard
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
@@ -236,5 +239,57 @@ func TestSimHandoverFromAnEarlierRelease(t *testing.T) {
 			}
 			s.rec.noDoubles(t)
 		})
+	}
+}
+
+// TestSentNothing: what a real client-go call returns when nothing left
+// (a refused connection, a dial that fails) counts as sent nothing; a call
+// that reached a server that never answered does not.
+func TestSentNothing(t *testing.T) {
+	refused, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusedAddr := refused.Addr().String()
+	_ = refused.Close() // nothing listens there now
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		_ = hung.Close()
+		<-done
+	})
+	go func() { // accepts, never answers; closes what it accepted once closed
+		defer close(done)
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+		}()
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	update := func(addr string) error {
+		cs, err := kubernetes.NewForConfig(&rest.Config{Host: "http://" + addr, Timeout: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "default", ResourceVersion: "1"}}
+		_, err = cs.CoordinationV1().Leases("default").Update(context.Background(), l, metav1.UpdateOptions{})
+		return err
+	}
+	if err := update(refusedAddr); err == nil || !sentNothing(err) {
+		t.Errorf("refused: %v; want it counted as sent nothing", err)
+	}
+	if err := update(hung.Addr().String()); err == nil || sentNothing(err) {
+		t.Errorf("no answer: %v; want it counted as sent, outcome unknown", err)
 	}
 }

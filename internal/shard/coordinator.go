@@ -274,26 +274,15 @@ func (c *Coordinator) step(ctx context.Context) {
 	}
 	slices.Sort(names)
 	assigned := Assign(Input{Replicas: live, Names: names, Pins: c.o.Pins, LoadFactor: c.o.LoadFactor})
-	desired := make(map[string]bool, len(names))
-	for _, n := range names {
-		desired[n] = true
-	}
 	c.budget = maxRequestsPerStep
 	concerned := c.concerned(names, snap)
 	c.renewed(concerned, records)
 	for _, name := range concerned {
-		c.settle(ctx, name, snap, assigned[name], desired[name], run)
+		_, desired := records[name]
+		c.settle(ctx, name, snap, assigned[name], desired, run)
 	}
-	for name := range c.told {
-		if _, ok := slices.BinarySearch(concerned, name); !ok {
-			delete(c.told, name)
-		}
-	}
-	for name := range c.records {
-		if _, ok := slices.BinarySearch(concerned, name); !ok {
-			delete(c.records, name)
-		}
-	}
+	keepOnly(c.told, concerned)
+	keepOnly(c.records, concerned)
 	running := 0
 	for _, cl := range c.claims {
 		if cl.running {
@@ -303,10 +292,19 @@ func (c *Coordinator) step(ctx context.Context) {
 	c.o.Metrics.Owned(running)
 	if c.hb.healthy(c.o.Clock.Now()) && !c.leaving {
 		c.forgetReplicas(ctx, snap, now)
-		c.collect(ctx, snap, desired, now)
+		c.collect(ctx, snap, records, now)
 	}
 	if c.budget <= 0 {
 		c.poke() // more to do: go on at once
+	}
+}
+
+// keepOnly drops from m the names not in sorted.
+func keepOnly[V any](m map[string]V, sorted []string) {
+	for name := range m {
+		if _, ok := slices.BinarySearch(sorted, name); !ok {
+			delete(m, name)
+		}
 	}
 }
 
@@ -327,7 +325,7 @@ func (c *Coordinator) renewed(concerned []string, records map[string]any) {
 		}
 		delete(c.told, name)
 		if cl := c.claims[name]; cl != nil && cl.running {
-			if _, now := records[name]; now {
+			if ok {
 				c.told[name] = ownTag
 				c.members.Own(name)
 			}
@@ -452,12 +450,12 @@ func (c *Coordinator) forgetReplicas(ctx context.Context, snap map[string]entry,
 	}
 }
 
-// collect deletes the Leases of clusters that left the fleet and that no
-// live replica holds.
-func (c *Coordinator) collect(ctx context.Context, snap map[string]entry, desired map[string]bool, now time.Time) {
+// collect deletes the Leases of clusters that left the fleet (fleet holds
+// the names of those that did not, as keys) and that no live replica holds.
+func (c *Coordinator) collect(ctx context.Context, snap map[string]entry, fleet map[string]any, now time.Time) {
 	// A cluster's Lease is known by its name: an annotation may lie.
-	keep := make(map[string]bool, len(desired)+len(c.claims))
-	for n := range desired {
+	keep := make(map[string]bool, len(fleet)+len(c.claims))
+	for n := range fleet {
 		keep[ClusterLeaseName(c.o.Group, n)] = true
 	}
 	for n := range c.claims {
@@ -569,7 +567,7 @@ func (c *Coordinator) handedOver() bool {
 		return true
 	}
 	for name, cl := range c.claims {
-		if e, ok := c.cache.get(ClusterLeaseName(c.o.Group, name)); cl.pending || ok && !e.gone && e.rec.holder == c.o.Identity && e.rec.writer == c.o.Writer {
+		if e, ok := c.cache.get(ClusterLeaseName(c.o.Group, name)); cl.pending || ok && c.namesMe(e) {
 			return false
 		}
 	}
