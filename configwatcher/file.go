@@ -189,8 +189,8 @@ func newFileOptions(opts []FileOption) (FileOptions, error) {
 // watcher read the kubeconfigs again: an Updated event for each cluster
 // whose content changed; a file that became unreadable is reported, naming
 // it, and the cluster keeps its last good config. A reference dropped from
-// the kubeconfigs stops being watched. At most 256 such directories are
-// watched (a problem on Errors says when there are more). Files that
+// the kubeconfigs stops being watched. Once 256 such directories are
+// watched, no reference adds more (a problem on Errors says so). Files that
 // AllowFileReferences leaves to client-go are not watched: client-go reads
 // them itself.
 //
@@ -214,7 +214,8 @@ type FileWatcher struct {
 	watched    map[string]os.FileInfo
 	filter     watchSet // which events of each watched directory matter
 	retryWatch bool
-	readAgain  bool // a watch was set up after the files it covers were read
+	readAgain  bool     // a watch was set up after the files it covers were read
+	refs       []string // filesRead as of the last sync: the referenced files watched
 	files      map[string]*fileState
 	reported   map[string]bool
 	owners     map[string]string // cluster name → the file it is served from
@@ -404,7 +405,7 @@ func (w *FileWatcher) sync() bool {
 	// Watch before reading, so that a change made while reading is seen;
 	// the referenced files are those of the last read.
 	w.readAgain = false
-	refs := w.filesRead()
+	refs := w.refs
 	problems = append(problems, w.updateWatches(files, refs)...)
 	// A file created between the listing and the watch above sent no event
 	// (the first sync races with a caller writing files right after
@@ -461,7 +462,9 @@ func (w *FileWatcher) sync() bool {
 	// The kubeconfigs may name other files now: watch those (and stop
 	// watching the ones no longer named). One that was read before its
 	// watch was in place may have changed meanwhile unseen: read again.
-	if now := w.filesRead(); !slices.Equal(now, refs) {
+	now := w.filesRead()
+	w.refs = now
+	if !slices.Equal(now, refs) {
 		before := w.filter
 		problems = append(problems, w.updateWatches(files, now)...)
 		w.readAgain = !before.covers(w.filter)
@@ -490,12 +493,14 @@ func (w *FileWatcher) sync() bool {
 // context keeps its own.
 func (st *fileState) update(cfgs []*config.NamedConfig, err error) {
 	perContext := map[string]bool{}
+	var read []string
 	for _, e := range appendFlat(nil, err) {
-		var fe *config.FileError
-		if !errors.As(e, &fe) || fe.Context == "" {
+		fe, ok := errors.AsType[*config.FileError](e)
+		if !ok || fe.Context == "" {
 			return // the whole file failed
 		}
 		perContext[fe.Context] = true
+		read = append(read, fe.FilesRead()...)
 	}
 	next := make(map[string]*config.NamedConfig, len(cfgs))
 	for _, c := range cfgs {
@@ -508,14 +513,8 @@ func (st *fileState) update(cfgs []*config.NamedConfig, err error) {
 	}
 	st.good = next
 
-	var read []string
 	for _, c := range next {
 		read = append(read, c.FilesRead()...)
-	}
-	for _, e := range appendFlat(nil, err) {
-		if fe, ok := errors.AsType[*config.FileError](e); ok {
-			read = append(read, fe.FilesRead()...)
-		}
 	}
 	st.read = read
 }
