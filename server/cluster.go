@@ -568,8 +568,10 @@ func (c *cluster) failed(g *generation, err error, retryIn time.Duration) {
 	}
 	c.status.NextRetry = time.Now().Add(retryIn)
 	c.status.Failures++
-	c.setPhaseLocked(g, PhaseFailed, err)
+	// Counted before the status is published: whoever sees the failure in
+	// Status finds it in the metrics too.
 	c.series.failure(errors.Is(err, ErrSetupFailed))
+	c.setPhaseLocked(g, PhaseFailed, err)
 }
 
 func (c *cluster) restarted(g *generation) {

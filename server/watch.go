@@ -129,17 +129,19 @@ type watchErrors struct {
 }
 
 // watchError keeps and logs an error of a watcher of the given kind
-// (watcherKind), and counts it in mccr_watch_errors_total.
+// (watcherKind), and counts it in mccr_watch_errors_total. The error is
+// kept before it is counted: whoever sees the count sees it in
+// WatchErrors.
 func (s *Server) watchError(kind string, err error) {
-	watchErrorsTotal.WithLabelValues(kind).Inc()
 	err = config.RedactError(err)
-	s.log.Error(err, "config watcher")
 	s.werrs.mu.Lock()
-	defer s.werrs.mu.Unlock()
 	if len(s.werrs.errs) == maxWatchErrors {
 		s.werrs.errs = s.werrs.errs[1:]
 	}
 	s.werrs.errs = append(s.werrs.errs, WatchError{At: time.Now(), Err: err})
+	s.werrs.mu.Unlock()
+	watchErrorsTotal.WithLabelValues(kind).Inc()
+	s.log.Error(err, "config watcher")
 }
 
 // WatchErrors returns the most recent errors of the watchers given to Watch
