@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"github.com/go-logr/logr/testr"
-	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,7 +35,7 @@ import (
 // yet, then serves v1beta1 only.
 func TestClusterAPIWatcher(t *testing.T) {
 	// Registered first, so it runs last: after the fleet has stopped.
-	t.Cleanup(func() { goleak.VerifyNone(t) })
+	t.Cleanup(func() { leakcheck.VerifyNone(t) })
 	env := &clusterAPIEnv{secretEnv: newSecretEnv(t, "capi-host", "capi-member")}
 	installCRD(t, env.host.Config, capicrd.Cluster)
 	var err error

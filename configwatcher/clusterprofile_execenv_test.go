@@ -11,8 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"github.com/go-logr/logr/testr"
-	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -52,7 +53,7 @@ exec "$here/execplugin" "$@"
 // hostile keeps its last good config, and its Manager.
 func TestClusterProfileExecEnvHostile(t *testing.T) {
 	// Registered first, so it runs last: after the fleet has stopped.
-	t.Cleanup(func() { goleak.VerifyNone(t) })
+	t.Cleanup(func() { leakcheck.VerifyNone(t) })
 	ctx := t.Context()
 	f := test.NewFleet(t, test.Options{}, "cpx")
 	// One API server is both the host of the profiles and the cluster

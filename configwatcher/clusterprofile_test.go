@@ -15,8 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"github.com/go-logr/logr/testr"
-	"go.uber.org/goleak"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -61,7 +62,7 @@ type clusterProfileEnv struct {
 // CRDLateAndUpgraded installs the CRD into the member.
 func TestClusterProfileWatcher(t *testing.T) {
 	// Registered first, so it runs last: after the fleet has stopped.
-	t.Cleanup(func() { goleak.VerifyNone(t) })
+	t.Cleanup(func() { leakcheck.VerifyNone(t) })
 	f := test.NewFleet(t, test.Options{}, "cp-host", "cp-member")
 	e := &clusterProfileEnv{host: f.Cluster("cp-host"), member: f.Cluster("cp-member"), dir: t.TempDir()}
 	installClusterProfileCRD(t, e.host.Config)

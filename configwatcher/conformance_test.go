@@ -13,8 +13,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"github.com/go-logr/logr/testr"
-	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,7 +41,7 @@ import (
 // of every source reaches, with one of two ServiceAccount tokens.
 func TestConformance(t *testing.T) {
 	// Registered first, so it runs last: after the fleet has stopped.
-	t.Cleanup(func() { goleak.VerifyNone(t) })
+	t.Cleanup(func() { leakcheck.VerifyNone(t) })
 	e := newSecretEnv(t, "cf-host", "cf-member")
 	installClusterProfileCRD(t, e.host.Config)
 	installCRD(t, e.host.Config, capicrd.Cluster)

@@ -14,8 +14,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"github.com/go-logr/logr/testr"
-	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -51,7 +52,7 @@ var hostileLong = strings.Repeat("y", 100_000)
 // in valid UTF-8, naming only the good clusters.
 func TestHostileNamesThroughServer(t *testing.T) {
 	// Registered first, so it runs last: after the fleet has stopped.
-	t.Cleanup(func() { goleak.VerifyNone(t) })
+	t.Cleanup(func() { leakcheck.VerifyNone(t) })
 	e := newSecretEnv(t, "hx-host", "hx-member")
 	ctx := t.Context()
 	installClusterProfileCRD(t, e.host.Config)

@@ -5,8 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"github.com/go-logr/logr/testr"
-	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -51,7 +52,7 @@ func TestKubeFed(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Registered first, so it runs last: after the fleet has stopped.
-	t.Cleanup(func() { goleak.VerifyNone(t) })
+	t.Cleanup(func() { leakcheck.VerifyNone(t) })
 	f := test.NewFleet(t, test.Options{}, "kf-host", "kf-member")
 	env := &kubeFedEnv{host: f.Cluster("kf-host"), member: f.Cluster("kf-member"), crdPath: crdPath}
 	// Only the host gets the CRDs: the member stands in for a host

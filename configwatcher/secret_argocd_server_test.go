@@ -8,8 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"github.com/go-logr/logr/testr"
-	"go.uber.org/goleak"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,7 +36,7 @@ type argoEnv struct {
 // Argo CD runs in: in-cluster Secrets, deletion, Properties, namespaced
 // clusters (secret_argocd_scope_server_test.go), skip-reconcile.
 func TestSecretWatcherArgoCD(t *testing.T) {
-	t.Cleanup(func() { goleak.VerifyNone(t) })
+	t.Cleanup(func() { leakcheck.VerifyNone(t) })
 	f := test.NewFleet(t, test.Options{}, "argo-host")
 	host := f.Cluster("argo-host")
 	e := &argoEnv{secretEnv: &secretEnv{host: host, member: host}, account: "argocd-manager"}

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"github.com/go-logr/logr/testr"
-	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -37,7 +38,7 @@ type secretEnv struct {
 // two API servers, started once.
 func TestSecretWatcher(t *testing.T) {
 	// Registered first, so it runs last: after the fleet has stopped.
-	t.Cleanup(func() { goleak.VerifyNone(t) })
+	t.Cleanup(func() { leakcheck.VerifyNone(t) })
 	env := newSecretEnv(t, "sec-host", "sec-member")
 
 	t.Run("Kubeconfig", env.testKubeconfig)

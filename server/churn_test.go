@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"github.com/go-logr/logr"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
@@ -311,7 +313,7 @@ func churnTest(t *testing.T, hostCfg *rest.Config, variant func(name string, v i
 	}
 
 	release()
-	verifyNoLeaks(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 	heapAfter := heapInUse()
 	t.Logf("figure: churn: goroutines %d before, %d after; heap in use %s before, %s after",
 		goroutinesBefore, runtime.NumGoroutine(), mib(heapBefore), mib(heapAfter))
@@ -331,18 +333,3 @@ func heapInUse() uint64 {
 }
 
 func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-
-// verifyNoLeaks fails the test if goroutines other than those ignored are
-// still running 15s from now. Work that ends by itself shortly after a
-// Manager stopped (a discovery request of a REST mapper shared with other
-// members, which controller-runtime issues without a context, finishing
-// its retry) gets that long; goleak's own retries give up after about a
-// second.
-func verifyNoLeaks(t *testing.T, opts ...goleak.Option) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for goleak.Find(opts...) != nil && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	goleak.VerifyNone(t, opts...)
-}

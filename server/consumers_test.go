@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -240,7 +242,7 @@ func TestConcurrentConsumersDuringChurn(t *testing.T) {
 	for _, f := range fakes {
 		f.Close()
 	}
-	verifyNoLeaks(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 // selfSignedCA returns the PEM of a new CA certificate that signed nothing

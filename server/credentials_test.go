@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"github.com/go-logr/logr/funcr"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
@@ -673,7 +675,7 @@ func TestCredDeleteDuringRenewal(t *testing.T) {
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
-	verifyNoLeaks(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 // A member that failed on refused credentials and waits out its backoff

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -149,5 +151,5 @@ func TestHostObjectHonoursTheBuilder(t *testing.T) {
 	}
 	mu.Unlock()
 	fleet.CloseConnections()
-	verifyNoLeaks(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }

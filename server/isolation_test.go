@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -130,5 +132,5 @@ func TestSlowHandlers(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleet.CloseConnections()
-	verifyNoLeaks(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -39,7 +41,7 @@ func TestNoGoroutineLeftAfterStartReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleet.CloseConnections()
-	verifyNoLeaks(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 	for _, st := range r.srv.Statuses() {
 		if st.Phase != server.PhaseStopped {
 			t.Errorf("%s is %s after Start returned", st.Name, st.Phase)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 
 	"github.com/mccr-dev/mccr/config"
@@ -127,5 +129,5 @@ func TestReachDeleteInEveryProbePhaseLeavesNothing(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	verifyNoLeaks(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
@@ -220,7 +222,7 @@ func TestReachProbeFindsAStoppedAPIServer(t *testing.T) {
 		}
 	}
 	// The kit's own wait for the restarted process.
-	verifyNoLeaks(t, ignore, goleak.IgnoreAnyFunction("github.com/mccr-dev/mccr/test.(*Cluster).StartAPIServer.func1"))
+	leakcheck.VerifyNone(t, ignore, goleak.IgnoreAnyFunction("github.com/mccr-dev/mccr/test.(*Cluster).StartAPIServer.func1"))
 }
 
 // TestReachProbeFindsAHungAPIServer: an API server that keeps its
@@ -265,7 +267,7 @@ func TestReachProbeFindsAHungAPIServer(t *testing.T) {
 	if err := proxy.Close(); err != nil {
 		t.Error(err)
 	}
-	verifyNoLeaks(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 // inFlight counts the probes (GET /version) in flight below a member's
@@ -411,7 +413,7 @@ func TestReachProbeHungMidAnswer(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Error(err)
 	}
-	verifyNoLeaks(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 // TestReachProbesAreBoundedAcrossTheFleet: fifty members on a slow API
@@ -459,7 +461,7 @@ func TestReachProbesAreBoundedAcrossTheFleet(t *testing.T) {
 		t.Error(err)
 	}
 	api.Close()
-	verifyNoLeaks(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 // histogramCount is the sample count of the histogram name's series whose
@@ -506,5 +508,5 @@ func TestReachMetricsFollowTheCluster(t *testing.T) {
 	if err := proxy.Close(); err != nil {
 		t.Error(err)
 	}
-	verifyNoLeaks(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }

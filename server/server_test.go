@@ -149,7 +149,10 @@ func TestUnreachableMemberIsolatedAndRecovers(t *testing.T) {
 	if err := r.srv.Add(m4.Named); err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(begin); took > 100*time.Millisecond {
+	// Add does not wait on the network: it returns long before a dial
+	// to the stopped server could time out (30s), however loaded the
+	// machine.
+	if took := time.Since(begin); took > 2*time.Second {
 		t.Errorf("Add of an unreachable cluster took %s", took)
 	}
 	test.Eventually(t, 10*time.Second, "m4 Failed", func() bool {

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"go.uber.org/goleak"
@@ -384,7 +386,7 @@ func TestShardingSplitsTheFleet(t *testing.T) {
 	}
 	h.noDoubles()
 	// Every replica handed over and stopped: nothing of it is left.
-	verifyNoLeaks(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 func mcclientKey(ns, name string) crclient.ObjectKey {

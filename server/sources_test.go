@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -206,7 +208,7 @@ func TestFleetKindFollowsTheFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleet.CloseConnections()
-	verifyNoLeaks(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 // stacksWith counts the goroutines with fn in their stack.

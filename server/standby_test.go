@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"github.com/go-logr/logr"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
@@ -303,7 +305,7 @@ func TestStandbyServesReadsAndTakesOverWarm(t *testing.T) {
 				}
 			}
 			fleet.CloseConnections()
-			verifyNoLeaks(t, ignore)
+			leakcheck.VerifyNone(t, ignore)
 		})
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 
 	"github.com/mccr-dev/mccr/config"
@@ -88,7 +90,7 @@ func TestFarMembersDoNotWaitForEachOthersRoundTrips(t *testing.T) {
 	}
 	proxies = nil
 	fleet.CloseConnections()
-	verifyNoLeaks(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 // cpuToSpare is the start gate's view of the cores in tests of slow
@@ -144,5 +146,5 @@ func TestFarMemberKeepsItsSlotWhileTheCPUIsBusy(t *testing.T) {
 		t.Error(err)
 	}
 	fleet.CloseConnections()
-	verifyNoLeaks(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }

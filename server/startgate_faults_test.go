@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -216,7 +218,7 @@ func deleteAllAndVerify(t *testing.T, srv *server.Server, running goleak.Option,
 		}
 	}
 	fleet.CloseConnections()
-	verifyNoLeaks(t, running)
+	leakcheck.VerifyNone(t, running)
 }
 
 // healthyBehindHung adds the healthy member m1 to a gate whose slots the
@@ -283,7 +285,7 @@ func TestHungServersDoNotHoldStartSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleet.CloseConnections()
-	verifyNoLeaks(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 // TestHungServersMidListDoNotHoldStartSlots: members whose API servers
@@ -337,7 +339,7 @@ func TestHungServersMidListDoNotHoldStartSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleet.CloseConnections()
-	verifyNoLeaks(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 // TestHungServersRefusedFreeTheirSlotAtOnce: with one slot whose hold
@@ -445,5 +447,5 @@ func TestHungServersRefusedFreeTheirSlotAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleet.CloseConnections()
-	verifyNoLeaks(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }

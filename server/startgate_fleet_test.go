@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 
 	"github.com/mccr-dev/mccr/config"
@@ -51,7 +53,7 @@ func TestStartGateOffWhenNegative(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleet.CloseConnections()
-	verifyNoLeaks(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 // TestQueuedMemberWaitsForAStartSlot: with one start slot, a member whose
@@ -122,5 +124,5 @@ func TestQueuedMemberWaitsForAStartSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleet.CloseConnections()
-	verifyNoLeaks(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }

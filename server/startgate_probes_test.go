@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 
 	"github.com/mccr-dev/mccr/config"
@@ -123,5 +125,5 @@ func TestProbesWaitWhileStartsWait(t *testing.T) {
 		t.Error(err)
 	}
 	fleet.CloseConnections()
-	verifyNoLeaks(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }

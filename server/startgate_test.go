@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 
 	"github.com/mccr-dev/mccr/test"
@@ -93,7 +95,7 @@ func expectStats(t *testing.T, q *startGate, busy, waiting int) {
 // TestStartGateNewestFirstOldestEveryFourth: a freed slot goes to the
 // newest waiting start, except every fourth, which goes to the oldest.
 func TestStartGateNewestFirstOldestEveryFourth(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer leakcheck.VerifyNone(t, goleak.IgnoreCurrent())
 	q := newStartGate(1, 0, 0)
 	held := mustAcquire(t, q)
 	var w [6]<-chan startResult
@@ -124,7 +126,7 @@ func TestStartGateNewestFirstOldestEveryFourth(t *testing.T) {
 // waiting forever; it gets a slot within oldestEvery grants, and so does
 // each oldest after it.
 func TestStartGateOldestProgressesUnderArrivals(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer leakcheck.VerifyNone(t, goleak.IgnoreCurrent())
 	q := newStartGate(1, 0, 0)
 	held := mustAcquire(t, q)
 	type waiter struct {
@@ -184,7 +186,7 @@ func TestStartGateOldestProgressesUnderArrivals(t *testing.T) {
 // holds no slot, and leaves no trace in the queue: the next freed slot
 // goes to another start.
 func TestStartGateLeavingWhileWaitingIsImmediate(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer leakcheck.VerifyNone(t, goleak.IgnoreCurrent())
 	q := newStartGate(1, 0, 0)
 	held := mustAcquire(t, q)
 	older := queueStart(context.Background(), t, q)
@@ -225,7 +227,7 @@ func TestStartGateLeavingWhileWaitingIsImmediate(t *testing.T) {
 // release, twice some of them, and hold-expiry timers fire meanwhile. At
 // the end no slot is held and none waits. Run with -race.
 func TestStartGateRaces(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer leakcheck.VerifyNone(t, goleak.IgnoreCurrent())
 	const limit, starts = 3, 400
 	q := newStartGate(limit, 20*time.Millisecond, 0)
 	var granted atomic.Int32
@@ -266,7 +268,7 @@ func TestStartGateRaces(t *testing.T) {
 // TestStartGateNeverExceedsLimit: with no hold expiry, at most limit
 // starts hold a slot at any instant, however they arrive and leave.
 func TestStartGateNeverExceedsLimit(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer leakcheck.VerifyNone(t, goleak.IgnoreCurrent())
 	const limit, starts = 4, 300
 	q := newStartGate(limit, 0, 0)
 	var inside atomic.Int32
@@ -315,8 +317,10 @@ func TestStartGateHoldExpires(t *testing.T) {
 // nothing back twice.
 func TestStartGateCheckHold(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
+	// A hold long beside a loaded machine's scheduling delays: the bounds
+	// below tell "at checkHold" from "at the hold" by a wide margin.
 	const checkHold = 30 * time.Millisecond
-	for _, hold := range []time.Duration{400 * time.Millisecond, 0} {
+	for _, hold := range []time.Duration{2 * time.Second, 0} {
 		t.Run(fmt.Sprintf("hold=%s", hold), func(t *testing.T) {
 			q := newStartGate(1, hold, checkHold)
 			q.cpuBusy = func() bool { return false } // cores to spare
@@ -325,7 +329,7 @@ func TestStartGateCheckHold(t *testing.T) {
 			far := mustAcquire(t, q)
 			begin := time.Now()
 			s := expectGranted(t, "the start after one whose check got no answer", queueStart(context.Background(), t, q))
-			if took := time.Since(begin); took >= hold && hold > 0 {
+			if took := time.Since(begin); took >= hold/2 && hold > 0 {
 				t.Errorf("slot given back after %s, want about %s (checkHold), before the hold %s", took, checkHold, hold)
 			}
 			far.checked() // answered too late: given back already
@@ -334,15 +338,15 @@ func TestStartGateCheckHold(t *testing.T) {
 			expectStats(t, q, 1, 0)
 
 			// Answered: kept past checkHold.
+			granted := time.Now()
 			s.checked()
 			next := queueStart(context.Background(), t, q)
 			time.Sleep(3 * checkHold) // the window in which the slot must stay held
 			expectWaiting(t, "a start behind one whose check answered", next)
 			expectStats(t, q, 1, 1)
 			if hold > 0 {
-				begin = time.Now()
 				s2 := expectGranted(t, "the start after the hold expired", next)
-				if took := time.Since(begin) + 3*checkHold; took < hold-checkHold {
+				if took := time.Since(granted); took < hold/2 {
 					t.Errorf("slot of a checked start given back after %s, want the hold %s", took, hold)
 				}
 				s.release() // expired already
@@ -365,25 +369,28 @@ func TestStartGateCheckHold(t *testing.T) {
 // when the hold is over, whichever comes first.
 func TestStartGateCheckHoldWhileCPUBusy(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
-	const checkHold = 20 * time.Millisecond
+	// A hold long beside a loaded machine's scheduling delays, so that
+	// "kept for the hold" and "given back at the next look" are told
+	// apart by a margin no delay of the test's own goroutine crosses.
+	const checkHold, hold = 20 * time.Millisecond, 2 * time.Second
 	var busy atomic.Bool
 	busy.Store(true)
 	var looks atomic.Int32
-	q := newStartGate(1, 300*time.Millisecond, checkHold)
+	q := newStartGate(1, hold, checkHold)
 	q.cpuBusy = func() bool { looks.Add(1); return busy.Load() }
 
 	// Busy all along: kept until the hold.
-	slow := mustAcquire(t, q)
 	begin := time.Now()
+	slow := mustAcquire(t, q)
 	next := queueStart(context.Background(), t, q)
 	time.Sleep(5 * checkHold) // the window in which the slot must stay held
 	expectWaiting(t, "a start behind one whose check waits while the CPU is busy", next)
 	s := expectGranted(t, "the start after the hold", next)
-	if took := time.Since(begin); took < 250*time.Millisecond {
-		t.Errorf("slot given back after %s with the CPU busy, want the hold (300ms)", took)
+	if took := time.Since(begin); took < hold {
+		t.Errorf("slot given back after %s with the CPU busy, want the hold (%s)", took, hold)
 	}
 	if n := looks.Load(); n < 5 {
-		t.Errorf("the CPU asked about %d times in a hold of 15 checkHolds, want it asked every checkHold", n)
+		t.Errorf("the CPU asked about %d times in a hold of 100 checkHolds, want it asked every checkHold", n)
 	}
 	slow.release()
 
@@ -394,8 +401,8 @@ func TestStartGateCheckHoldWhileCPUBusy(t *testing.T) {
 	busy.Store(false)
 	begin = time.Now()
 	s2 := expectGranted(t, "the start after the CPU got time to spare", next)
-	if took := time.Since(begin); took > 150*time.Millisecond {
-		t.Errorf("slot given back %s after the CPU got time to spare, want within about checkHold", took)
+	if took := time.Since(begin); took > hold/2 {
+		t.Errorf("slot given back %s after the CPU got time to spare, want within about checkHold, not the hold (%s)", took, hold)
 	}
 	s.release()
 
@@ -438,7 +445,7 @@ func TestStartGateAsksTheCPUAsASlotIsTaken(t *testing.T) {
 // else keeps the cores busy; the next waits, with nothing looking again by
 // itself, until a slot frees, and gets it then.
 func TestStartGatePlainBound(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer leakcheck.VerifyNone(t, goleak.IgnoreCurrent())
 	const limit = 3
 	q := newStartGate(limit, 0, 0)
 	held := make([]*startSlot, 0, limit)
@@ -509,7 +516,7 @@ func TestStartGateUnbounded(t *testing.T) {
 // busy cores), gives the slot back then: the rest of the start, its lists
 // perhaps hung, holds no slot past the hold.
 func TestStartGateCheckedAfterHoldGivesBack(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer leakcheck.VerifyNone(t, goleak.IgnoreCurrent())
 	const hold = time.Hour
 	q := newStartGate(1, hold, hold)
 	s := mustAcquire(t, q)
@@ -564,7 +571,7 @@ func TestStartGateNoTimerAfterRelease(t *testing.T) {
 // waits for a slot; a missing gate (no bound) never is. Members' probes
 // ask it (reachOptions), with the bound only.
 func TestStartGateBacklogged(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer leakcheck.VerifyNone(t, goleak.IgnoreCurrent())
 	var none *startGate
 	if none.backlogged() {
 		t.Error("no gate, backlogged")

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -379,7 +381,7 @@ func TestFaultProxyCloseLeavesNoGoroutine(t *testing.T) {
 			t.Fatal("a call through the closed proxy still hangs")
 		}
 	}
-	goleak.VerifyNone(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 func TestStartFaultProxyRejectsABadHost(t *testing.T) {

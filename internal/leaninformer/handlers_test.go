@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -170,7 +172,7 @@ func TestRemoveBlockedHandler(t *testing.T) {
 	for _, r := range []*recorder{blocked, stuck, other} {
 		r.noProblems(t)
 	}
-	goleak.VerifyNone(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 // TestIdleHandlersCostNoGoroutine: however many handlers an informer has,
@@ -203,7 +205,7 @@ func TestIdleHandlersCostNoGoroutine(t *testing.T) {
 		return goruntime.NumGoroutine()-before <= 3
 	})
 	stop()
-	goleak.VerifyNone(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 var _ toolscache.ResourceEventHandler = (*recorder)(nil)

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -1417,7 +1419,7 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("after stop: %d lists, %d open watches; want 1 and 0", lists, open)
 	}
 	rec.noProblems(t)
-	goleak.VerifyNone(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 // TestStopBeforeSync: an informer stopped before its first list succeeds
@@ -1449,7 +1451,7 @@ func TestStopBeforeSync(t *testing.T) {
 	if !inf.IsStopped() {
 		t.Error("not stopped")
 	}
-	goleak.VerifyNone(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 // TestClientGoGoroutines logs, for comparison, how many goroutines
@@ -1467,7 +1469,7 @@ func TestClientGoGoroutines(t *testing.T) {
 	waitFor(t, 5*time.Second, "the watch", func() bool { _, _, _, open := srv.counts(); return open == 1 })
 	t.Logf("client-go's running informer with one handler added %d goroutines", goruntime.NumGoroutine()-before)
 	stop()
-	goleak.VerifyNone(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 // TestRealAPIServer runs client-go's informer and this one over the

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -400,7 +402,7 @@ func TestRunnerStop(t *testing.T) {
 		t.Errorf("%d lists, want %d", lists, len(infs))
 	}
 	blocked.noProblems(t)
-	goleak.VerifyNone(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 // TestStopFromHandler: a handler may stop its own informer; Stop does not
@@ -538,7 +540,7 @@ func TestPumpChurn(t *testing.T) {
 		stop()
 	}
 	waitPumpsEnd(t, pl, "every pump to end")
-	goleak.VerifyNone(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 // TestPumpsFillInTurn: a pool starts a pump per capacity informers,
@@ -598,7 +600,7 @@ func TestPumpsFillInTurn(t *testing.T) {
 	}
 	r.Stop()
 	waitPumpsEnd(t, pl, "every pump to end")
-	goleak.VerifyNone(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 // TestStopGoesFirst: a stop posted while the pump works through a long
@@ -655,7 +657,7 @@ func TestStopGoesFirst(t *testing.T) {
 	}
 	r.Stop()
 	waitPumpsEnd(t, pl, "the pump to end")
-	goleak.VerifyNone(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 // TestOnePumpWhateverTheCores: the process's pumps follow the number of
@@ -685,5 +687,5 @@ func TestOnePumpWhateverTheCores(t *testing.T) {
 	}
 	r.Stop()
 	waitPumpsEnd(t, pumps, "the pump to end")
-	goleak.VerifyNone(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -45,7 +47,7 @@ func TestRunnerContextEnds(t *testing.T) {
 	waitFor(t, 5*time.Second, "an informer run after the context ended to stop", late.IsStopped)
 	waitPumpsEnd(t, pl, "the pumps to end")
 	r.Stop()
-	goleak.VerifyNone(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 // TestStopRacesStart stops informers while they start: detached ones
@@ -96,7 +98,7 @@ func TestStopRacesStart(t *testing.T) {
 	waitFor(t, 5*time.Second, "the watches to close", func() bool { _, _, _, open := srv.counts(); return open == 0 })
 	waitPumpsEnd(t, pl, "the pumps to end")
 	r.Stop()
-	goleak.VerifyNone(t, ignore)
+	leakcheck.VerifyNone(t, ignore)
 }
 
 // maxIdleInformerBytes bounds TestIdleInformerHeap: a member pays it per

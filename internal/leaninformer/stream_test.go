@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"github.com/go-logr/logr/funcr"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
@@ -308,7 +310,7 @@ func TestStreamReadHere(t *testing.T) {
 			}
 			r.Stop()
 			srv.srv.Close()
-			goleak.VerifyNone(t, ignore)
+			leakcheck.VerifyNone(t, ignore)
 		})
 	}
 }
@@ -487,7 +489,7 @@ func TestStreamStopMidFrame(t *testing.T) {
 				t.Fatal("the Runner did not stop within 5s")
 			}
 			srv.srv.Close()
-			goleak.VerifyNone(t, ignore)
+			leakcheck.VerifyNone(t, ignore)
 		})
 	}
 }
@@ -524,7 +526,9 @@ func TestStreamOfWrappedWatch(t *testing.T) {
 		},
 	}
 	inf, rec, _, _ := streamInformer(t, filtered)
-	waitFor(t, 5*time.Second, "the informer to sync", inf.HasSynced)
+	// The informer's HasSynced says the store holds the list; the handler
+	// has its events once its registration has synced.
+	waitFor(t, 5*time.Second, "the handler to sync", rec.registration().HasSynced)
 	if keys := inf.GetStore().ListKeys(); len(keys) != 1 || keys[0] != testNS+"/a" {
 		t.Errorf("stored %v, want what the filtered watch delivers", keys)
 	}
@@ -790,7 +794,7 @@ func TestStreamHandOver(t *testing.T) {
 		waitFor(t, 5*time.Second, "the watch to end", closed(w.done))
 		got := follow(w)
 		expect(t, got, handed{ended: true})
-		goleak.VerifyNone(t, ignore)
+		leakcheck.VerifyNone(t, ignore)
 	})
 	t.Run("followed while an event waits", func(t *testing.T) {
 		ignore := goleak.IgnoreCurrent()
@@ -815,7 +819,7 @@ func TestStreamHandOver(t *testing.T) {
 		if _, ok := <-w.ResultChan(); ok {
 			t.Error("an event on the result channel after the pump followed the watch")
 		}
-		goleak.VerifyNone(t, ignore)
+		leakcheck.VerifyNone(t, ignore)
 	})
 	t.Run("stopped while an event waits", func(t *testing.T) {
 		ignore := goleak.IgnoreCurrent()
@@ -833,7 +837,7 @@ func TestStreamHandOver(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("the result channel still open 5s after Stop")
 		}
-		goleak.VerifyNone(t, ignore)
+		leakcheck.VerifyNone(t, ignore)
 	})
 }
 

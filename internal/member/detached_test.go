@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -160,7 +162,7 @@ func TestTenKindsSurviveAPIServerRestart(t *testing.T) {
 		if rt, err := rest.TransportFor(cl.Config); err == nil {
 			utilnet.CloseIdleConnectionsFor(rt)
 		}
-		goleak.VerifyNone(t, ignore,
+		leakcheck.VerifyNone(t, ignore,
 			goleak.IgnoreAnyFunction("github.com/mccr-dev/mccr/test.(*Cluster).StartAPIServer.func1"),
 			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
 	})

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"github.com/go-logr/logr"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
@@ -38,7 +40,7 @@ func TestMain(m *testing.M) {
 func leakCheck(t *testing.T) {
 	t.Helper()
 	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	t.Cleanup(func() { leakcheck.VerifyNone(t, ignore) })
 }
 
 // newFake starts a fake API server holding objs; it is closed when the

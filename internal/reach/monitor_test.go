@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -125,7 +127,7 @@ func (e *events) count() (probes, unreachable, reconnected int) {
 
 func noLeaks(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	t.Cleanup(func() { leakcheck.VerifyNone(t, ignore) })
 }
 
 func within(t *testing.T, d time.Duration, what string, ch <-chan struct{}) time.Duration {
@@ -172,7 +174,10 @@ func TestProbesFindAHungServerWithoutRequests(t *testing.T) {
 	noLeaks(t)
 	s := newAPIServer(t, 0)
 	ev := newEvents()
-	const interval, timeout = 100 * time.Millisecond, 200 * time.Millisecond
+	// Long enough that a loaded machine's scheduling delays are small
+	// beside them: the bound below has a second of slack, still less than
+	// a second Timeout a Monitor that waited for two probes would take.
+	const interval, timeout = 500 * time.Millisecond, 1500 * time.Millisecond
 	m, err := New(s.config(t), Options{Interval: interval, OutageInterval: 20 * time.Millisecond, Timeout: timeout}, ev)
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +192,7 @@ func TestProbesFindAHungServerWithoutRequests(t *testing.T) {
 	}
 	s.mode.Store(1)
 	took := within(t, 5*time.Second, "unreachable", ev.unreachableCh)
-	if bound := interval + timeout + 100*time.Millisecond; took > bound {
+	if bound := interval + timeout + time.Second; took > bound {
 		t.Errorf("hung server found after %s, want ≤ %s", took, bound)
 	}
 	ev.mu.Lock()
@@ -247,7 +252,9 @@ func TestSuspectBringsTheProbeForward(t *testing.T) {
 	noLeaks(t)
 	s := newAPIServer(t, 0)
 	ev := newEvents()
-	m, err := New(s.config(t), Options{Interval: -1, OutageInterval: 20 * time.Millisecond, Timeout: 200 * time.Millisecond}, ev)
+	// The Timeout is long enough that an answered probe on a loaded
+	// machine is not taken for a hang.
+	m, err := New(s.config(t), Options{Interval: -1, OutageInterval: 20 * time.Millisecond, Timeout: 2 * time.Second}, ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +347,9 @@ func TestOneSlowAnswerRecoversInPlace(t *testing.T) {
 	noLeaks(t)
 	s := newAPIServer(t, 0)
 	ev := newEvents()
-	const timeout = 100 * time.Millisecond
+	// The hung probe waits out the Timeout; the answered ones must not,
+	// on a loaded machine too.
+	const timeout = time.Second
 	m, err := New(s.config(t), Options{Interval: 50 * time.Millisecond, OutageInterval: 20 * time.Millisecond, Timeout: timeout}, ev)
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 )
 
 // chatter makes the scheduler take samples: goroutines that sleep and wake
@@ -28,7 +28,7 @@ func chatter(ctx context.Context, wg *sync.WaitGroup) {
 // them than there are cores, make the others wait for a CPU, and the Gauge
 // says so; once they stop, it says they do not wait any more.
 func TestWaitingWhileEveryCoreIsTaken(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer leakcheck.VerifyNone(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,7 +36,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // its watch ends or when told to, and retries quietly while the API server
 // refuses.
 func TestWatcher(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer leakcheck.VerifyNone(t, goleak.IgnoreCurrent())
 	s := newStore("ns")
 	s.put(groupLease("one", "a"))
 	lines := &lineCounter{}
@@ -62,13 +64,14 @@ func TestWatcher(t *testing.T) {
 	}
 
 	f.setFault(func(verb, _ string) fault { return refuse })
+	lists = f.count("list")
 	s.breakWatches()
-	time.Sleep(500 * time.Millisecond) // ~10 attempts
+	eventually(t, "several lists refused", func() bool { return f.count("list") >= lists+5 })
 	f.setFault(nil)
 	s.put(groupLease("four", "d"))
 	eventually(t, "back after refusals", has("four", "d"))
 	if n := lines.count("cannot list or watch"); n != 1 {
-		t.Errorf("%d lines about failing lists over ~10 failures, want 1", n)
+		t.Errorf("%d lines about failing lists over several failures, want 1", n)
 	}
 	eventually(t, "a line on recovery", func() bool { return lines.count("watching the Leases again") == 1 })
 
@@ -124,7 +127,7 @@ func (m *recMembers) count() int {
 // clusters, and on the way out releases them and deletes its Lease, with
 // no goroutine left behind.
 func TestStartAndLeave(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer leakcheck.VerifyNone(t, goleak.IgnoreCurrent())
 	s := newStore("ns")
 	m := &recMembers{names: []string{"c1", "c2", "c3"}, running: map[string]bool{}}
 	co := New(&fakeLeases{s: s}, m, Options{

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 
 	"github.com/mccr-dev/mccr/internal/writegrace"
@@ -67,7 +69,7 @@ func post(ctx context.Context, t *testing.T, hc *http.Client, url string) <-chan
 func leakCheck(t *testing.T) {
 	t.Helper()
 	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	t.Cleanup(func() { leakcheck.VerifyNone(t, ignore) })
 }
 
 func within(t *testing.T, ch <-chan error, d time.Duration, what string) error {

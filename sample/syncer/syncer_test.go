@@ -108,17 +108,20 @@ func TestSyncer(t *testing.T) {
 	test.Eventually(t, patience, "status: both Synced again", func() bool {
 		return maps.Equal(states(t, key), map[string]v1alpha1.SyncState{"m1": v1alpha1.SyncStateSynced, "m2": v1alpha1.SyncStateSynced})
 	})
-	begin = time.Now()
 	if err := srv.Delete("m2"); err != nil {
 		t.Fatal(err)
 	}
+	begin = time.Now()
 	test.Eventually(t, patience, "status without m2", func() bool {
 		return maps.Equal(states(t, key), map[string]v1alpha1.SyncState{"m1": v1alpha1.SyncStateSynced})
 	})
 	took := time.Since(begin)
-	t.Logf("figure: member deleted (srv.Delete) → host status updated: %s", took.Round(time.Millisecond))
-	if took > 2*time.Second {
-		t.Errorf("the host status followed a member's leaving after %s, want within 2s", took)
+	t.Logf("figure: member deleted (srv.Delete returned) → host status updated: %s", took.Round(time.Millisecond))
+	// The patroller is an hour away: a status that follows within seconds
+	// was told by the ClusterEvents source. The bound leaves room for a
+	// loaded machine.
+	if took > 10*time.Second {
+		t.Errorf("the host status followed a member's leaving after %s, want within 10s", took)
 	}
 	getIn(t, "host", key, &fs)
 	if fs.Status.Selected != 1 || fs.Status.Synced != 1 {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
+
 	"go.uber.org/goleak"
 
 	"github.com/mccr-dev/mccr/config"
@@ -20,7 +22,7 @@ import (
 // the rules passes every check.
 func TestFileWatcher(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	t.Cleanup(func() { leakcheck.VerifyNone(t, ignore) })
 	watchertest.Run(t, watchertest.Harness{NewSource: newKubeconfigDir, Quiet: 500 * time.Millisecond})
 }
 
