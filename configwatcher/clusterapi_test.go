@@ -432,8 +432,10 @@ func (e *clusterAPIEnv) testCRDLate(t *testing.T) {
 	ev := r.event(configwatcher.Added, ns+"/self")
 	late := time.Since(created)
 	t.Logf("figure: Cluster API CRD created 9s after the watcher started → first Added event: %s", late.Round(time.Millisecond))
-	if late > 5*time.Second {
-		t.Errorf("the CRD was created %s before the first Added event, want at most 5s", late.Round(time.Millisecond))
+	// Discovery is asked every 2 s at most; the rest is this test's own
+	// writes and the watch, with room for a loaded machine.
+	if late > 10*time.Second {
+		t.Errorf("the CRD was created %s before the first Added event, want at most 10s", late.Round(time.Millisecond))
 	}
 	e.reachesMember(t, ev.Config, e.token)
 }

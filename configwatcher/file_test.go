@@ -276,12 +276,20 @@ func TestFileWatcherBurstOfWritesIsOneEvent(t *testing.T) {
 	checkLeaks(t)
 	path := filepath.Join(t.TempDir(), "config")
 	writeFile(t, path, kubeconfig(t, ctxSpec{"x", server(1), "t"}))
-	w := start(t, path, configwatcher.WithDebounce(configwatcher.DefaultDebounce))
+	// Writes less than a debounce apart are one event. The debounce is
+	// longer than the default so that a loaded machine, which may stall
+	// the writing goroutine for a good part of the default, keeps them
+	// less than one apart.
+	w := start(t, path, configwatcher.WithDebounce(time.Second))
 	expectEvents(t, w, "Added x "+server(1))
 
 	// In-place writes, as `cp` or a shell redirection make them.
-	for i := range 10 {
-		writeFile(t, path, kubeconfig(t, ctxSpec{"x", server(100 + i), "t"}))
+	versions := make([][]byte, 10)
+	for i := range versions {
+		versions[i] = kubeconfig(t, ctxSpec{"x", server(100 + i), "t"})
+	}
+	for _, v := range versions {
+		writeFile(t, path, v)
 	}
 	expectEvents(t, w, "Updated x "+server(109))
 }

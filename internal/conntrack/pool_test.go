@@ -33,6 +33,9 @@ func server(t *testing.T) (*httptest.Server, func() int) {
 		default:
 		}
 	}
+	// HTTP/2, as API servers speak it: requests one after the other share
+	// the connection without waiting for it to go back to an idle pool.
+	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	return srv, func() int {
