@@ -109,6 +109,12 @@ func TestPublishStopsWaitingForTheReader(t *testing.T) {
 	stop := make(chan struct{})
 	done := make(chan bool)
 	go func() { done <- p.apply(desired, stop) }()
+	// The buffer fills, then apply waits for a reader.
+	for deadline := time.Now().Add(10 * time.Second); len(p.events) < cap(p.events); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d events buffered after 10s", len(p.events), cap(p.events))
+		}
+	}
 	select {
 	case <-done:
 		t.Fatal("apply returned with nobody reading a full channel")

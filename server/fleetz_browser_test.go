@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"html"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -153,15 +154,23 @@ func TestFleetPageInBrowser(t *testing.T) {
 		return err == nil && st.Phase == server.PhaseFailed && st.LastError != nil
 	})
 	test.Eventually(t, 30*time.Second, "a reconcile counted", func() bool { return r.rec.total(hostile) > 0 })
+	test.Eventually(t, 30*time.Second, hostile+" probed reachable", func() bool {
+		st, err := srv.Status(hostile)
+		return err == nil && st.Reachable
+	})
 
+	// The page names a controller once a reconcile of it has returned
+	// (the metrics count it then); the recorder above counts it as it
+	// begins.
 	url := "http://" + addr + "/fleetz"
-	test.Eventually(t, 30*time.Second, "/fleetz answers", func() bool {
+	test.Eventually(t, 30*time.Second, "/fleetz answers, naming the member controller", func() bool {
 		res, err := http.Get(url)
 		if err != nil {
 			return false
 		}
-		_ = res.Body.Close()
-		return res.StatusCode == http.StatusOK
+		defer res.Body.Close()
+		body, err := io.ReadAll(res.Body)
+		return err == nil && res.StatusCode == http.StatusOK && strings.Contains(string(body), "configmaps-"+ns)
 	})
 
 	dom := browse(t, bin, url, "")

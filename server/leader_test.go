@@ -234,7 +234,7 @@ func (e *electingServer) leads() bool {
 }
 
 // stealLease makes "thief" the holder of the host's Lease name, renewed
-// now, as another candidate that won an election would.
+// now for 8 s, as another candidate that won an election would.
 func stealLease(t *testing.T, name string) {
 	t.Helper()
 	c := adminClient(t, "host")
@@ -247,7 +247,11 @@ func stealLease(t *testing.T, name string) {
 		l.Spec.HolderIdentity = ptr.To("thief")
 		l.Spec.AcquireTime = &now
 		l.Spec.RenewTime = &now
-		l.Spec.LeaseDurationSeconds = ptr.To(int32(4))
+		// Longer than the Servers' own 4 s: the old leader gives up at
+		// its RenewDeadline (3 s) and stops its members while the thief's
+		// claim stands, with seconds to spare on a loaded machine, before
+		// the standby may take over.
+		l.Spec.LeaseDurationSeconds = ptr.To(int32(8))
 		l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
 		return c.Update(context.Background(), &l)
 	})

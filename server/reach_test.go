@@ -361,7 +361,9 @@ func (b *stalledBody) Close() error {
 func TestReachProbeHungMidAnswer(t *testing.T) {
 	ns := testNamespace(t)
 	ignore := goleak.IgnoreCurrent()
-	const timeout = 2 * time.Second
+	// The stalled probe holds the slot this long: long enough for the
+	// test to see the other member's probe wait, on a loaded machine too.
+	const timeout = 5 * time.Second
 	srv, stop := reachServer(t, ns, false, true, func(o *server.Options) {
 		o.ReachProbeInterval = 100 * time.Millisecond
 		o.OutageProbeInterval = time.Second // the outage lasts that long

@@ -285,15 +285,17 @@ func TestShardingSplitsTheFleet(t *testing.T) {
 	// The first to join takes everything, and hands over as the others
 	// come: wait for the assignment of three.
 	load := map[string]int{}
+	var owners map[string][]string // of the snapshot that settled
 	test.Eventually(t, 30*time.Second, "each replica runs its share", func() bool {
 		clear(load)
-		for _, rs := range w.owners() {
+		owners = w.owners()
+		for _, rs := range owners {
 			if len(rs) == 1 {
 				load[rs[0]]++
 			}
 		}
 		return len(load) == 3 && load["r1"]+load["r2"]+load["r3"] == 12 && max(load["r1"], load["r2"], load["r3"]) <= 5 &&
-			agreed(replicas, names, w.owners())
+			agreed(replicas, names, owners)
 	})
 	t.Logf("figure: sharding in process: 12 clusters over 3 replicas: %v", load)
 	for id, n := range load {
@@ -303,7 +305,6 @@ func TestShardingSplitsTheFleet(t *testing.T) {
 	}
 
 	// Each replica knows who runs the others' clusters.
-	owners := w.owners()
 	for id, r := range replicas {
 		for _, n := range names {
 			st, err := r.srv.Status(n)
