@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mccr-dev/mccr/internal/leakcheck"
-
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,6 +23,7 @@ import (
 
 	mcclient "github.com/mccr-dev/mccr/client"
 	"github.com/mccr-dev/mccr/internal/fakeapi"
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 	"github.com/mccr-dev/mccr/internal/router"
 	"github.com/mccr-dev/mccr/internal/slowanswer"
 )
@@ -227,24 +226,16 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
+// leakCheck makes the test end with a leak check (leakcheck.Cleanup). The
+// package's shared Server may run meanwhile: its informers' watches,
+// restarted now and then, each read their stream in a goroutine of their
+// own, which is not this test's: client-go's, or the member informer's
+// reader, a new goroutine for every event the stream brings.
 func leakCheck(t *testing.T) {
 	t.Helper()
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { verifyNoLeaks(t, ignore) })
-}
-
-// verifyNoLeaks fails the test if goroutines other than those ignored
-// still run 15s from now. The package's shared Server may run meanwhile:
-// its informers' watches, restarted now and then, each read their stream
-// in a goroutine of their own, which is not this test's: client-go's, or
-// the member informer's reader, a new goroutine for every event the
-// stream brings.
-func verifyNoLeaks(t *testing.T, opts ...goleak.Option) {
-	t.Helper()
-	opts = append(opts,
+	leakcheck.Cleanup(t,
 		goleak.IgnoreAnyFunction("k8s.io/apimachinery/pkg/watch.(*StreamWatcher).receive"),
 		goleak.IgnoreAnyFunction("github.com/mccr-dev/mccr/internal/leaninformer.(*streamWatch).receive"))
-	leakcheck.VerifyNone(t, opts...)
 }
 
 // TestWriteAnsweredAfterItsRouteEndedReturnsTheAnswer: a write the API

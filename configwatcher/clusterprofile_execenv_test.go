@@ -11,8 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mccr-dev/mccr/internal/leakcheck"
-
 	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -20,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/mccr-dev/mccr/configwatcher"
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 	mccrserver "github.com/mccr-dev/mccr/server"
 	"github.com/mccr-dev/mccr/test"
 )

@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mccr-dev/mccr/internal/leakcheck"
-
 	"github.com/go-logr/logr/testr"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +29,7 @@ import (
 	clusterinventorycrd "github.com/mccr-dev/mccr/apis/clusterinventory/crd"
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/configwatcher"
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 	"github.com/mccr-dev/mccr/test"
 )
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/mccr-dev/mccr/configwatcher"
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 )
 
 // Files a kubeconfig refers to and that mccr reads itself (by default: they
@@ -66,7 +67,7 @@ func expectCA(t *testing.T, ev configwatcher.Event, want []byte) {
 // A token file in a sub-directory of the watched directory, rotated the
 // way tools write files (a temporary file renamed over it).
 func TestFileWatcherReferencedTokenInSubdirectory(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "creds", "token"), []byte("token-one\n"))
 	writeFile(t, filepath.Join(dir, "config"), tokenFileKubeconfig("creds/token"))
@@ -84,7 +85,7 @@ func TestFileWatcherReferencedTokenInSubdirectory(t *testing.T) {
 
 // A token file next to the kubeconfig, written in place.
 func TestFileWatcherReferencedTokenInSameDirectory(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "token"), []byte("token-one\n"))
 	writeFile(t, filepath.Join(dir, "config"), tokenFileKubeconfig("token"))
@@ -100,7 +101,7 @@ func TestFileWatcherReferencedTokenInSameDirectory(t *testing.T) {
 // file, its token file next to the link (relative paths resolve against the
 // link's directory, as kubectl resolves them).
 func TestFileWatcherReferencedTokenNextToSymlinkedFile(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	repo := t.TempDir()
 	kube := t.TempDir()
 	writeFile(t, filepath.Join(repo, "config"), tokenFileKubeconfig("token"))
@@ -120,7 +121,7 @@ func TestFileWatcherReferencedTokenNextToSymlinkedFile(t *testing.T) {
 
 // A CA file in a sub-directory, rotated by rename.
 func TestFileWatcherReferencedCAInSubdirectoryRotated(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	dir := t.TempDir()
 	ca1, ca2 := selfSignedPEM(t), selfSignedPEM(t)
 	writeFile(t, filepath.Join(dir, "pki", "east", "ca.crt"), ca1)
@@ -136,7 +137,7 @@ func TestFileWatcherReferencedCAInSubdirectoryRotated(t *testing.T) {
 // Referenced files in a Kubernetes Secret volume mounted in a sub-directory:
 // the kubelet swaps the "..data" symlink to a new timestamped directory.
 func TestFileWatcherReferencedFilesInSecretVolumeSwap(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	dir := t.TempDir()
 	ca1, ca2 := selfSignedPEM(t), selfSignedPEM(t)
 	vol := newSecretVolume(t, filepath.Join(dir, "secret"), map[string][]byte{"ca.crt": ca1, "token": []byte("token-one")})
@@ -163,7 +164,7 @@ func TestFileWatcherReferencedFilesInSecretVolumeSwap(t *testing.T) {
 // secret); the cluster keeps its last good config until the file is back.
 // A file that was missing from the start is picked up when it appears.
 func TestFileWatcherReferencedFileRemovedAndBack(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	dir := t.TempDir()
 	token := filepath.Join(dir, "creds", "token")
 	writeFile(t, token, []byte("token-SECRET-one\n"))
@@ -197,7 +198,7 @@ func TestFileWatcherReferencedFileRemovedAndBack(t *testing.T) {
 // is: after the kubeconfig moves its token file to another sub-directory,
 // rotating the new file is an Updated event.
 func TestFileWatcherReferenceMoved(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "a", "token"), []byte("token-a\n"))
 	writeFile(t, filepath.Join(dir, "b", "token"), []byte("token-b\n"))
@@ -217,7 +218,7 @@ func TestFileWatcherReferenceMoved(t *testing.T) {
 // Kubeconfigs naming files in more directories than the watcher watches
 // for references: a problem says so, and the clusters are served.
 func TestFileWatcherReferencedDirectoriesBounded(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	dir := t.TempDir()
 	const n = 300 // more than the watcher's bound of 256
 	var b strings.Builder

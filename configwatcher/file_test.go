@@ -20,14 +20,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mccr-dev/mccr/internal/leakcheck"
-
-	"go.uber.org/goleak"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/configwatcher"
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 )
 
 const (
@@ -39,14 +37,6 @@ const (
 	// patience bounds every wait for something that should happen.
 	patience = 15 * time.Second
 )
-
-// checkLeaks makes t fail if a goroutine started during the test outlives
-// it. Called first, its check runs after every other cleanup (Stop).
-func checkLeaks(t *testing.T) {
-	t.Helper()
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { leakcheck.VerifyNone(t, ignore) })
-}
 
 type ctxSpec struct{ Name, Server, Token string }
 
@@ -200,7 +190,7 @@ func containsAll(s string, parts []string) bool {
 }
 
 func TestFileWatcherMissingPath(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	missing := filepath.Join(t.TempDir(), "nope")
 	_, err := configwatcher.NewFileWatcher(missing)
 	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), missing) {
@@ -209,7 +199,7 @@ func TestFileWatcherMissingPath(t *testing.T) {
 }
 
 func TestFileWatcherInitialStateAndFileChanges(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
 	writeFile(t, a, kubeconfig(t, ctxSpec{"a1", server(1), "t"}, ctxSpec{"a2", server(2), "t"}))
@@ -273,7 +263,7 @@ func TestFileWatcherInitialStateAndFileChanges(t *testing.T) {
 }
 
 func TestFileWatcherBurstOfWritesIsOneEvent(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	path := filepath.Join(t.TempDir(), "config")
 	writeFile(t, path, kubeconfig(t, ctxSpec{"x", server(1), "t"}))
 	// Writes less than a debounce apart are one event. The debounce is
@@ -295,7 +285,7 @@ func TestFileWatcherBurstOfWritesIsOneEvent(t *testing.T) {
 }
 
 func TestFileWatcherSingleFile(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config")
 	writeFile(t, path, kubeconfig(t, ctxSpec{"x", server(1), "t"}))
@@ -325,7 +315,7 @@ func TestFileWatcherSingleFile(t *testing.T) {
 }
 
 func TestFileWatcherFileSymlinkedElsewhere(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	target := filepath.Join(t.TempDir(), "real")
 	writeFile(t, target, kubeconfig(t, ctxSpec{"x", server(1), "t"}))
 	link := filepath.Join(t.TempDir(), "config")
@@ -420,7 +410,7 @@ func (s *secretVolume) update(t *testing.T, files map[string][]byte) {
 }
 
 func TestFileWatcherSecretVolume(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	caPEM := selfSignedPEM(t)
 	files := func(bServer int) map[string][]byte {
 		cfg := kubeconfig(t, ctxSpec{"a", server(1), "t"}, ctxSpec{"b", server(bServer), "t"})
@@ -463,7 +453,7 @@ func TestFileWatcherSecretVolume(t *testing.T) {
 }
 
 func TestFileWatcherBrokenFileKeepsLastGoodState(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "fleet.yaml")
 	good := kubeconfig(t, ctxSpec{"a", server(1), "t"}, ctxSpec{"b", server(2), "t"})
@@ -499,7 +489,7 @@ func TestFileWatcherBrokenFileKeepsLastGoodState(t *testing.T) {
 }
 
 func TestFileWatcherDuplicateContext(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	dir := t.TempDir()
 	first, second := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
 	writeFile(t, second, kubeconfig(t, ctxSpec{"prod", server(2), "t"}))
@@ -524,7 +514,7 @@ func TestFileWatcherDuplicateContext(t *testing.T) {
 }
 
 func TestFileWatcherAuthPlugins(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "exec.yaml")
 	writeFile(t, path, []byte(`apiVersion: v1
@@ -556,7 +546,7 @@ contexts:
 }
 
 func TestFileWatcherDirectoryRemovedAndRecreated(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	dir := filepath.Join(t.TempDir(), "fleet")
 	path := filepath.Join(dir, "a.yaml")
 	writeFile(t, path, kubeconfig(t, ctxSpec{"a1", server(1), "t"}, ctxSpec{"a2", server(2), "t"}))
@@ -600,7 +590,7 @@ func TestFileWatcherDirectoryRemovedAndRecreated(t *testing.T) {
 // watched directory. The watcher must survive, name the bad files, pick up
 // the good ones, and never drop the clusters it had.
 func TestFileWatcherStorm(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "keep.yaml"), kubeconfig(t, ctxSpec{"keep-1", server(1), "t"}, ctxSpec{"keep-2", server(2), "t"}))
 	w := start(t, dir)
@@ -665,7 +655,7 @@ func TestFileWatcherStorm(t *testing.T) {
 }
 
 func TestFileWatcherUnreadErrorsDoNotBlock(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	dir := t.TempDir()
 	for i := range 300 {
 		writeFile(t, filepath.Join(dir, fmt.Sprintf("broken-%03d", i)), []byte("clusters: [oops"))
@@ -691,7 +681,7 @@ func TestFileWatcherUnreadErrorsDoNotBlock(t *testing.T) {
 }
 
 func TestFileWatcherStop(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	dir := t.TempDir()
 	const n = 300 // more than the Events buffer
 	specs := make([]ctxSpec, 0, n)
@@ -732,7 +722,7 @@ func TestFileWatcherStop(t *testing.T) {
 // A file written the moment NewFileWatcher returns is never lost, whether
 // the watcher's first read sees it or its watch does.
 func TestFileWatcherFileWrittenRightAfterStart(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	for range 10 {
 		dir := t.TempDir()
 		w := start(t, dir)
@@ -767,7 +757,7 @@ func symlink(t *testing.T, target, link string) {
 // an entry of the directory be a link out of it, unless the caller allows
 // the place; config's option and the watcher's shorthand are the same.
 func TestFileWatcherFileReferencesStayInside(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	outside := t.TempDir()
 	token := filepath.Join(outside, "token")
 	writeFile(t, token, []byte("sa-token-OUTSIDE"))
@@ -828,7 +818,7 @@ contexts:
 // running cluster already has is the conflict, named as the loser, whatever
 // its path; it takes over only when the original goes.
 func TestFileWatcherFirstComeKeepsName(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	dir := t.TempDir()
 	original := filepath.Join(dir, "prod.yaml")
 	writeFile(t, original, kubeconfig(t, ctxSpec{"prod", server(1), "t"}))
@@ -857,7 +847,7 @@ func TestFileWatcherFirstComeKeepsName(t *testing.T) {
 // Editor and backup files are not kubeconfigs, even when they parse as one
 // and claim a running cluster's name.
 func TestFileWatcherSkipsEditorFiles(t *testing.T) {
-	checkLeaks(t)
+	leakcheck.Cleanup(t)
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "prod.yaml"), kubeconfig(t, ctxSpec{"prod", server(1), "t"}))
 	w := start(t, dir)
@@ -874,7 +864,7 @@ func TestFileWatcherSkipsEditorFiles(t *testing.T) {
 // Each switch is one Updated per changed context and nothing else.
 func TestFileWatcherFollowsSwitchedLinks(t *testing.T) {
 	t.Run("root through a switched current link", func(t *testing.T) {
-		checkLeaks(t)
+		leakcheck.Cleanup(t)
 		base := t.TempDir()
 		for i, rel := range []string{"v1", "v2"} {
 			writeFile(t, filepath.Join(base, "releases", rel, "kubeconfigs", "a.yaml"),
@@ -909,12 +899,12 @@ func TestFileWatcherFollowsSwitchedLinks(t *testing.T) {
 		expectNoError(t, w)
 	}
 	t.Run("link chain inside the directory", func(t *testing.T) {
-		checkLeaks(t)
+		leakcheck.Cleanup(t)
 		watched := t.TempDir()
 		chain(t, watched, filepath.Join(watched, ".base"))
 	})
 	t.Run("link chain through an allowed directory", func(t *testing.T) {
-		checkLeaks(t)
+		leakcheck.Cleanup(t)
 		base := t.TempDir()
 		chain(t, t.TempDir(), base, configwatcher.AllowFileReferences(base))
 	})

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mccr-dev/mccr/internal/leakcheck"
-
 	"github.com/go-logr/logr/testr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/mccr-dev/mccr/configwatcher"
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 	mccrserver "github.com/mccr-dev/mccr/server"
 	"github.com/mccr-dev/mccr/test"
 )

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mccr-dev/mccr/internal/leakcheck"
-
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -19,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 	"github.com/mccr-dev/mccr/known"
 	"github.com/mccr-dev/mccr/server"
 	"github.com/mccr-dev/mccr/test"

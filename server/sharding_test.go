@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mccr-dev/mccr/internal/leakcheck"
-
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"go.uber.org/goleak"
@@ -36,6 +34,7 @@ import (
 
 	mcclient "github.com/mccr-dev/mccr/client"
 	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 	"github.com/mccr-dev/mccr/internal/shard"
 	"github.com/mccr-dev/mccr/known"
 	"github.com/mccr-dev/mccr/server"

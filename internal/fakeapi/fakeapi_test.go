@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mccr-dev/mccr/internal/leakcheck"
-
 	"github.com/go-logr/logr"
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +27,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/mccr-dev/mccr/internal/fakeapi"
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 )
 
 func TestMain(m *testing.M) {

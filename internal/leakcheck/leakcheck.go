@@ -27,7 +27,9 @@ func verifyWithin(t testing.TB, patience time.Duration, opts ...goleak.Option) {
 }
 
 // Cleanup checks, as t ends, that every goroutine started since this
-// call has ended (see VerifyNone); opts ignore more.
+// call has ended (see VerifyNone); opts ignore more. Call it first:
+// cleanups run last registered first, so the check runs after every
+// other cleanup (a Manager stopped, a server closed).
 func Cleanup(t testing.TB, opts ...goleak.Option) {
 	t.Helper()
 	opts = append(opts, goleak.IgnoreCurrent())

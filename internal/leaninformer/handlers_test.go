@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mccr-dev/mccr/internal/leakcheck"
-
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
+
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 )
 
 // idle reports whether no handler of i has an event queued or being

@@ -10,12 +10,12 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/mccr-dev/mccr/internal/leakcheck"
-
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/clock"
+
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 )
 
 // TestRunnerContextEnds: the end of a Runner's context, without its Stop,

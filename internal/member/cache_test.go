@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/mccr-dev/mccr/internal/fakeapi"
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 )
 
 var keyX = client.ObjectKey{Namespace: "a", Name: "x"}
@@ -19,7 +20,7 @@ var keyX = client.ObjectKey{Namespace: "a", Name: "x"}
 // TestReadBeforeStartWaits: a read that arrives before the cache started
 // waits for it instead of returning ErrCacheNotStarted.
 func TestReadBeforeStartWaits(t *testing.T) {
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	s := newFake(t, configMap("a", "x"))
 	m := build(t, s, BuildOptions{})
 
@@ -89,7 +90,7 @@ func TestUnsyncableReadEndsWithLifetime(t *testing.T) {
 		{"hang before discovery", func(s *fakeapi.Server) { s.Hang(true) }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			leakCheck(t)
+			leakcheck.Cleanup(t)
 			s := newFake(t, configMap("a", "x"), secret("a", "s"))
 			lifetime, endLifetime := context.WithCancel(context.Background())
 			defer endLifetime()
@@ -146,7 +147,7 @@ func TestUnsyncableReadEndsWithLifetime(t *testing.T) {
 // lives; the first read of the kind (the one that makes its informer)
 // included.
 func TestForbiddenReadFails(t *testing.T) {
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	s := newFake(t, configMap("a", "x"), secret("a", "s"))
 	m := build(t, s, BuildOptions{})
 	r := run(t, m)
@@ -177,7 +178,7 @@ func TestForbiddenReadFails(t *testing.T) {
 // TestSyncedReadAllocs: once its kind has synced, a read costs what it
 // costs on the plain informer cache underneath.
 func TestSyncedReadAllocs(t *testing.T) {
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	s := newFake(t, configMap("a", "x"))
 	m := build(t, s, BuildOptions{})
 	r := run(t, m)

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mccr-dev/mccr/internal/leakcheck"
-
 	"go.uber.org/goleak"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -28,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 	"github.com/mccr-dev/mccr/test"
 )
 
@@ -261,7 +260,7 @@ func TestTenKindsSurviveAPIServerRestart(t *testing.T) {
 // client-go's decoder), two goroutines.
 func TestGoroutinesPerKind(t *testing.T) {
 	cl := apiServer(t)
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	cfg, admin := onAPIServer(t, cl)
 	ctx := t.Context()
 	const ns = "goroutines"

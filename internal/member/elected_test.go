@@ -10,6 +10,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 )
 
 // electionRunnable is a runnable that needs leader election (as a
@@ -29,7 +31,7 @@ func (r electionRunnable) Start(ctx context.Context) error {
 // starts them, those added later too. Stopping before the election ends
 // the waiting runnables without starting them.
 func TestElectedHoldsBackLeaderElectionRunnables(t *testing.T) {
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	s := newFake(t, configMap("a", "x"))
 	elected := make(chan struct{})
 	opts := warmupOptions()
@@ -100,7 +102,7 @@ func TestElectedHoldsBackLeaderElectionRunnables(t *testing.T) {
 // TestStopBeforeElection: a member stopped before its host is elected
 // stops at once, and its held-back runnables never start.
 func TestStopBeforeElection(t *testing.T) {
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	s := newFake(t, configMap("a", "x"))
 	opts := warmupOptions()
 	opts.Elected = make(chan struct{}) // never closed

@@ -8,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mccr-dev/mccr/internal/leakcheck"
-
 	"github.com/go-logr/logr"
-	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -32,15 +29,6 @@ func TestMain(m *testing.M) {
 		code = max(code, 1)
 	}
 	os.Exit(code)
-}
-
-// leakCheck makes the test end with a goroutine leak check. Call it first:
-// cleanups run last registered first, so the check runs after the Manager
-// stopped and the fake server closed.
-func leakCheck(t *testing.T) {
-	t.Helper()
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { leakcheck.VerifyNone(t, ignore) })
 }
 
 // newFake starts a fake API server holding objs; it is closed when the

@@ -13,6 +13,7 @@ import (
 	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
 
 	mccrconfig "github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 	"github.com/mccr-dev/mccr/test"
 )
 
@@ -56,7 +57,7 @@ func (k *kindsSeen) last() (waiting []string, unserved []UnservedKind, calls int
 // state.
 func TestOnKindsChangedLateKind(t *testing.T) {
 	cl := apiServer(t)
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	cfg, admin := onAPIServer(t, cl)
 	ns := createNamespace(t, admin)
 	crd, gvk := widgetCRD()
@@ -87,7 +88,7 @@ func TestOnKindsChangedLateKind(t *testing.T) {
 // version and kind), and when the rule is granted and the kind syncs.
 // The function given last is the one called, and nil stops the calls.
 func TestOnKindsChangedForbiddenKind(t *testing.T) {
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	s := newFake(t, configMap("a", "x"), secret("a", "s"))
 	s.Forbid("secrets")
 	m := build(t, s, BuildOptions{Options: Options{Controller: crconfig.Controller{SkipNameValidation: ptr.To(true)}}})
@@ -129,7 +130,7 @@ func TestOnKindsChangedForbiddenKind(t *testing.T) {
 // member's scope.
 func TestOnKindsChangedScope(t *testing.T) {
 	cl := apiServer(t)
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	_, admin := onAPIServer(t, cl)
 	ns := createNamespace(t, admin)
 	scope, err := mccrconfig.NewScope([]string{ns}, false)

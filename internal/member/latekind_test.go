@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/mccr-dev/mccr/internal/conntrack"
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 	"github.com/mccr-dev/mccr/test"
 )
 
@@ -143,7 +144,7 @@ func createNamespace(t *testing.T, admin client.Client) string {
 // starts once the CRD is installed, without a restart of the member.
 func TestLateCRD(t *testing.T) {
 	cl := apiServer(t)
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	cfg, admin := onAPIServer(t, cl)
 	ctx := context.Background()
 	ns := createNamespace(t, admin)
@@ -197,7 +198,7 @@ func TestLateCRD(t *testing.T) {
 // behind, while a controller of it waits for its kind.
 func TestStopWhileWaitingForKind(t *testing.T) {
 	cl := apiServer(t)
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	cfg, admin := onAPIServer(t, cl)
 	ns := createNamespace(t, admin)
 	_, gvk := widgetCRD() // never installed
@@ -223,7 +224,7 @@ func TestStopWhileWaitingForKind(t *testing.T) {
 // TestWaitingNeedsAWarmup: outside a warm-up, a missing kind is an error at
 // once, as in controller-runtime: a read, or a GetInformer of the user's.
 func TestWaitingNeedsAWarmup(t *testing.T) {
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	s := newFake(t)
 	m := build(t, s, BuildOptions{})
 	r := run(t, m)

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/mccr-dev/mccr/internal/fakeapi"
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 )
 
 // observation is what a runnable sees of the caches when it starts.
@@ -42,7 +43,7 @@ type observation struct {
 // that need no leader election and plain runnables start; and a runnable
 // reading the cache in its Start gets no error.
 func TestStartOrder(t *testing.T) {
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	s := newFake(t, configMap("a", "x"), configMap("a", "y"), secret("a", "s"), namespace("a"))
 	// Every request takes a while, so that a runnable started before the
 	// informers synced would see it.
@@ -178,7 +179,7 @@ func startStubborn(t *testing.T, timeout time.Duration) (*Manager, *running, *st
 
 func TestGracefulShutdownTimeout(t *testing.T) {
 	t.Run("zero does not wait", func(t *testing.T) {
-		leakCheck(t)
+		leakcheck.Cleanup(t)
 		m, r, st := startStubborn(t, 0)
 		defer st.let()
 		r.cancel()
@@ -193,7 +194,7 @@ func TestGracefulShutdownTimeout(t *testing.T) {
 	})
 
 	t.Run("positive bounds the wait", func(t *testing.T) {
-		leakCheck(t)
+		leakcheck.Cleanup(t)
 		const timeout = 200 * time.Millisecond
 		m, r, st := startStubborn(t, timeout)
 		defer st.let()
@@ -218,7 +219,7 @@ func TestGracefulShutdownTimeout(t *testing.T) {
 	})
 
 	t.Run("negative waits for the runnables", func(t *testing.T) {
-		leakCheck(t)
+		leakcheck.Cleanup(t)
 		m, r, st := startStubborn(t, -1)
 		defer st.let()
 		r.cancel()
@@ -238,7 +239,7 @@ func TestGracefulShutdownTimeout(t *testing.T) {
 	})
 
 	t.Run("runnables that return in time", func(t *testing.T) {
-		leakCheck(t)
+		leakcheck.Cleanup(t)
 		s := newFake(t)
 		m := build(t, s, BuildOptions{Options: Options{GracefulShutdownTimeout: ptr.To(5 * time.Second)}})
 		started := make(chan struct{})
@@ -334,7 +335,7 @@ func TestHostOnlyCalls(t *testing.T) {
 }
 
 func TestAddAfterStartAndStop(t *testing.T) {
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	s := newFake(t, configMap("a", "x"))
 	m := build(t, s, BuildOptions{})
 	r := run(t, m)
@@ -395,7 +396,7 @@ func warmupOptions() BuildOptions {
 }
 
 func TestControllerReconcilesAndWaitForSync(t *testing.T) {
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	s := newFake(t, configMap("a", "x"))
 	s.SetLatency(20 * time.Millisecond)
 	m := build(t, s, warmupOptions())
@@ -450,7 +451,7 @@ func TestWaitForSyncEndsWithCtx(t *testing.T) {
 		{"hang", func(s *fakeapi.Server) { s.Hang(true) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			leakCheck(t)
+			leakcheck.Cleanup(t)
 			s := newFake(t, configMap("a", "x"))
 			defer s.Close() // before the Manager's cleanup: releases what hangs
 			m := build(t, s, warmupOptions())
@@ -509,7 +510,7 @@ func TestShutdownTimeoutBoundsCacheStop(t *testing.T) {
 		{200 * time.Millisecond, ErrShutdownTimeout},
 	} {
 		t.Run(tc.timeout.String(), func(t *testing.T) {
-			leakCheck(t)
+			leakcheck.Cleanup(t)
 			s := newFake(t, configMap("a", "x"))
 			defer s.Close() // before the Manager's cleanup: lets the cache return
 			m := build(t, s, BuildOptions{Options: Options{GracefulShutdownTimeout: &tc.timeout}})
@@ -574,7 +575,7 @@ func (s gatedSource) WaitForSync(ctx context.Context) error {
 func TestWaitForSyncWaitsForSources(t *testing.T) {
 	for _, warmup := range []bool{true, false} {
 		t.Run(fmt.Sprintf("warmup %v", warmup), func(t *testing.T) {
-			leakCheck(t)
+			leakcheck.Cleanup(t)
 			s := newFake(t)
 			m := build(t, s, BuildOptions{Options: Options{Controller: config.Controller{
 				EnableWarmup:       ptr.To(warmup),
@@ -618,7 +619,7 @@ func TestWaitForSyncWaitsForSources(t *testing.T) {
 func TestInformerKinds(t *testing.T) {
 	for _, clientGo := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ClientGoInformers=%v", clientGo), func(t *testing.T) {
-			leakCheck(t)
+			leakcheck.Cleanup(t)
 			s := newFake(t, configMap("a", "x"))
 			opts := warmupOptions()
 			opts.ClientGoInformers = clientGo

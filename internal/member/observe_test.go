@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 )
 
 type observed struct {
@@ -154,7 +156,7 @@ func TestObserveReconcilesLeavesOthersAlone(t *testing.T) {
 // TestReconciledHook: controllers added to the Manager, before Start or
 // after, report their reconciles.
 func TestReconciledHook(t *testing.T) {
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	s := newFake(t, configMap("a", "x"), secret("a", "s"))
 	rec := &recorder{}
 	opts := warmupOptions()

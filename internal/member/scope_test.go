@@ -23,6 +23,7 @@ import (
 
 	mccrconfig "github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/internal/fakeapi"
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 	"github.com/mccr-dev/mccr/test"
 )
 
@@ -172,7 +173,7 @@ func scopedMember(t *testing.T, scope mccrconfig.Scope) (m *Manager, cms, roles 
 // the other runs; reads outside the scope fail at once with ErrOutOfScope.
 func TestScopedMember(t *testing.T) {
 	cl := apiServer(t)
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	_, admin := onAPIServer(t, cl)
 	ctx := context.Background()
 	nsA, nsB, nsC := createNamespace(t, admin), createNamespace(t, admin), createNamespace(t, admin)
@@ -266,7 +267,7 @@ func TestScopedMember(t *testing.T) {
 // member watches ClusterRoles too, and reports nothing.
 func TestScopedMemberClusterResources(t *testing.T) {
 	cl := apiServer(t)
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	_, admin := onAPIServer(t, cl)
 	ctx := context.Background()
 	ns := createNamespace(t, admin)
@@ -319,7 +320,7 @@ func TestScopeRefusedAtBuild(t *testing.T) {
 // reported with its group, version and kind while the other controllers
 // run.
 func TestUnservedForbiddenKind(t *testing.T) {
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	s := newFake(t, configMap("a", "x"), secret("a", "s"))
 	s.Forbid("secrets")
 	m := build(t, s, BuildOptions{Options: Options{Controller: crconfig.Controller{SkipNameValidation: ptr.To(true)}}})
@@ -386,7 +387,7 @@ func scopedFakeMember(tb testing.TB) (*Manager, cache.Cache) {
 // TestScopedReadAllocs: a read of a scoped member costs no allocation more
 // than the plain informer cache's (a cached Get is the fleet's hot path).
 func TestScopedReadAllocs(t *testing.T) {
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	m, plain := scopedFakeMember(t)
 	ctx := context.Background()
 	cm := &corev1.ConfigMap{}

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 	"github.com/mccr-dev/mccr/internal/leaninformer"
 )
 
@@ -114,7 +115,7 @@ var tenKindsRuns atomic.Int32
 // informer another source added meanwhile.
 func TestTenKindsSyncWithoutPolling(t *testing.T) {
 	cl := apiServer(t)
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	cfg, admin := onAPIServer(t, cl)
 	ctx := t.Context()
 	const ns = "tenkinds-nopoll"

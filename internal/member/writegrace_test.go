@@ -18,6 +18,7 @@ import (
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/mccr-dev/mccr/client"
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 	"github.com/mccr-dev/mccr/internal/slowanswer"
 )
 
@@ -92,7 +93,7 @@ func result(t *testing.T, ch <-chan error, d time.Duration, what string) error {
 // then on is refused before anything is sent, as the cluster not being
 // ready.
 func TestMemberStopLetsWritesInFlightGetTheirAnswer(t *testing.T) {
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	s := newSlowWrites(t)
 	next := s.Client().Transport
 	defer s.Client().CloseIdleConnections()
@@ -140,7 +141,7 @@ func TestMemberStopLetsWritesInFlightGetTheirAnswer(t *testing.T) {
 // is cut one grace after the member's lifetime ended, and the member's
 // stop waits for no longer than that.
 func TestMemberStopCutsAWriteAfterItsGrace(t *testing.T) {
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	s := newSlowWrites(t)
 	defer close(s.release)
 	next := s.Client().Transport
@@ -198,7 +199,7 @@ func TestWriteGraceFollowsTheShutdownTimeout(t *testing.T) {
 // answer is cut within the grace (the graceful shutdown timeout here), and
 // so is Stopped.
 func TestManagerStopsOnceItsWriteIsAnswered(t *testing.T) {
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	for _, answered := range []bool{true, false} {
 		name := "unanswered"
 		if answered {

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 )
 
 // busyFlag is an Options.Busy that notes, at each question, how many
@@ -68,7 +70,7 @@ func waitProbes(t *testing.T, s *apiServer, n int32, within time.Duration, what 
 // that answers has MaxLeftOut periodic probes in a row left out, and the
 // next one runs; once Busy says no more, every periodic probe runs.
 func TestBusyLeavesOutProbesOfAnAnsweringMember(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Cleanup(t)
 	s := newAPIServer(t, 0)
 	b := busyFlag{s: s}
 	b.busy.Store(true)
@@ -116,7 +118,7 @@ func TestBusyLeavesOutProbesOfAnAnsweringMember(t *testing.T) {
 // every OutageInterval until it answers, and one whose credentials are
 // refused every OutageInterval.
 func TestBusyLeavesNoProbeOutOfATroubledMember(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Cleanup(t)
 	const interval, outage = time.Second, 20 * time.Millisecond
 	always := func() bool { return true }
 	opts := Options{Interval: interval, OutageInterval: outage, Timeout: 100 * time.Millisecond, Busy: always, MaxLeftOut: 1000, RefreshGrace: time.Minute}

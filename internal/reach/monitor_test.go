@@ -11,12 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mccr-dev/mccr/internal/leakcheck"
-
-	"go.uber.org/goleak"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
+
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 )
 
 // apiServer answers /version, or hangs, or fails, as told.
@@ -125,11 +124,6 @@ func (e *events) count() (probes, unreachable, reconnected int) {
 	return len(e.probes), e.unreachable, e.reconnected
 }
 
-func noLeaks(t *testing.T) {
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { leakcheck.VerifyNone(t, ignore) })
-}
-
 func within(t *testing.T, d time.Duration, what string, ch <-chan struct{}) time.Duration {
 	t.Helper()
 	begin := time.Now()
@@ -171,7 +165,7 @@ func finished(t *testing.T, d time.Duration, what string, done <-chan struct{}) 
 // the periodic probe alone, within Interval+Timeout; its answer after that
 // is Reconnected, and the Monitor finishes.
 func TestProbesFindAHungServerWithoutRequests(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Cleanup(t)
 	s := newAPIServer(t, 0)
 	ev := newEvents()
 	// Long enough that a loaded machine's scheduling delays are small
@@ -216,7 +210,7 @@ func TestProbesFindAHungServerWithoutRequests(t *testing.T) {
 // A server error answer (what a load balancer says for a dead backend) is
 // no answer from the API server; a stopped server refuses connections.
 func TestProbesFindServerErrorsAndRefusals(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Cleanup(t)
 	s := newAPIServer(t, 0)
 	ev := newEvents()
 	m, err := New(s.config(t), Options{Interval: 20 * time.Millisecond, OutageInterval: 20 * time.Millisecond, Timeout: time.Second}, ev)
@@ -249,7 +243,7 @@ func TestProbesFindServerErrorsAndRefusals(t *testing.T) {
 // the Monitor probe within OutageInterval; a passing blip (the probe answers)
 // changes nothing.
 func TestSuspectBringsTheProbeForward(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Cleanup(t)
 	s := newAPIServer(t, 0)
 	ev := newEvents()
 	// The Timeout is long enough that an answered probe on a loaded
@@ -289,7 +283,7 @@ func TestSuspectBringsTheProbeForward(t *testing.T) {
 
 // A 401 on a watch, or on any request (the probe's included), is Rejected.
 func TestRejectedCredentials(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Cleanup(t)
 	s := newAPIServer(t, 0)
 	ev := newEvents()
 	m, err := New(s.config(t), Options{Interval: time.Hour, OutageInterval: time.Hour, Timeout: time.Second}, ev)
@@ -311,7 +305,7 @@ func TestRejectedCredentials(t *testing.T) {
 // However many Monitors share a Limiter, and however slow the API server,
 // no more probes than its slots are ever in flight.
 func TestLimiterBoundsProbesInFlight(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Cleanup(t)
 	s := newAPIServer(t, 30*time.Millisecond)
 	const monitors, slots = 50, 4
 	lim := NewLimiter(slots)
@@ -344,7 +338,7 @@ func TestLimiterBoundsProbesInFlight(t *testing.T) {
 // Recovered, without Reconnected: the member keeps its watches and is not
 // restarted, and the Monitor goes on probing.
 func TestOneSlowAnswerRecoversInPlace(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Cleanup(t)
 	s := newAPIServer(t, 0)
 	ev := newEvents()
 	// The hung probe waits out the Timeout; the answered ones must not,

@@ -18,6 +18,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 )
 
 // restProbe is how a probe asked before it went to the member's transport
@@ -105,7 +107,7 @@ func status(code int, body string) http.HandlerFunc {
 // reaches the same verdict; and neither error shows a password of the
 // host's URL.
 func TestProbeTellsWhatARESTClientTold(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Cleanup(t)
 	stop := make(chan struct{})
 	defer close(stop)
 	cases := []struct {
@@ -254,7 +256,7 @@ func TestProbeTellsWhatARESTClientTold(t *testing.T) {
 // gives next, through the member's transport: the probe is answered, and
 // the refusal of its first request is not told.
 func TestProbeOfARenewedExecCredential(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Cleanup(t)
 	s := newAuthServer(t, "one")
 	dir := t.TempDir()
 	token, script := filepath.Join(dir, "token"), filepath.Join(dir, "plugin")

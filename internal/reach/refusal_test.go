@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/mccr-dev/mccr/internal/credential"
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 )
 
 // The tests of monitor_test.go watch outages, not credentials.
@@ -113,7 +114,7 @@ func get(t *testing.T, cfg *rest.Config, path string) int {
 // are accepted again (renewed where they are held) it is told Accepted
 // and runs on, its Monitor still probing.
 func TestRefusalRenewedInPlace(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Cleanup(t)
 	s := newAuthServer(t, "one")
 	ev := newCredEvents()
 	cfg := s.config(t, "one")
@@ -157,7 +158,7 @@ func TestRefusalRenewedInPlace(t *testing.T) {
 // Rejected, and the Monitor finishes; the error says what was refused and
 // for how long, and nothing of the token.
 func TestRefusalLastingTheGraceRejects(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Cleanup(t)
 	s := newAuthServer(t, "secret-token-one")
 	ev := newCredEvents()
 	const grace = 300 * time.Millisecond
@@ -193,7 +194,7 @@ func TestRefusalLastingTheGraceRejects(t *testing.T) {
 // start fails, and the next starts on whatever credentials are current.
 // A 403 on discovery is Rejected at once whatever the phase.
 func TestRefusedWhileStartingRejectsAtOnce(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Cleanup(t)
 	s := newAuthServer(t, "one")
 	ev := newCredEvents()
 	cfg := s.config(t, "two")
@@ -221,7 +222,7 @@ func TestRefusedWhileStartingRejectsAtOnce(t *testing.T) {
 // (credential.RetryRefused's first) is not the member's concern: only the
 // second's answer is.
 func TestRefusalOfARetriedRequestIsNotTold(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Cleanup(t)
 	s := newAuthServer(t, "one")
 	ev := newCredEvents()
 	cfg := s.config(t, "one")

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 )
 
 // stubAPI is an API server in a RoundTripper: it answers a probe at once
@@ -211,7 +213,7 @@ func (e *modelEvents) done(m *Monitor) {
 // probe: one brought forward while the Monitor runs is sent within
 // OutageInterval (plus the slack of a loaded machine).
 func TestScheduleUnderRandomRaces(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Cleanup(t)
 	lim := NewLimiter(1)
 	const workers, rounds = 4, 250
 	var monitors, sent, selfEnded, lateRejects, deadSends atomic.Int32
@@ -346,7 +348,7 @@ func TestScheduleUnderRandomRaces(t *testing.T) {
 // Monitor once, after that callback, whichever of the two runs first; and
 // the probe that callback was for is not sent.
 func TestContextEndsAsTheTimerFires(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Cleanup(t)
 	for i := range 200 {
 		api := &stubAPI{probeCounter: probeCounter{bad: func(what string) { t.Errorf("#%d: %s", i, what) }}}
 		ev := &modelEvents{api: api}

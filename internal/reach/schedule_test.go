@@ -15,13 +15,15 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 )
 
 // Started Monitors waiting for their next probe hold no goroutine: a fleet
 // of them costs the process none, however many, before and after they
 // probed; they all finish when their contexts end.
 func TestIdleMonitorsHoldNoGoroutine(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Cleanup(t)
 	s := newAPIServer(t, 0)
 	const monitors = 200
 	cfg := s.config(t)
@@ -61,7 +63,7 @@ func TestIdleMonitorsHoldNoGoroutine(t *testing.T) {
 // the Monitor finishes at once, and the probe cut short is no outcome to
 // tell. One that ended before Start finishes the Monitor without a probe.
 func TestContextEndsWhileProbing(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Cleanup(t)
 	s := newAPIServer(t, 0)
 	s.mode.Store(1)
 	ev := newEvents()
@@ -92,7 +94,7 @@ func TestContextEndsWhileProbing(t *testing.T) {
 // A context that ends while a probe waits for a Limiter slot ends the
 // wait: the Monitor finishes, having sent nothing, and holds no slot.
 func TestContextEndsWhileWaitingForASlot(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Cleanup(t)
 	s := newAPIServer(t, 0)
 	lim := NewLimiter(1)
 	if !lim.acquire(context.Background()) {
@@ -127,7 +129,7 @@ func TestContextEndsWhileWaitingForASlot(t *testing.T) {
 // A request without an answer while a probe runs brings the probe after
 // it forward to OutageInterval, as one while the Monitor waits does.
 func TestSuspectDuringAProbeBringsTheNextForward(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Cleanup(t)
 	s := newAPIServer(t, 200*time.Millisecond)
 	m, err := New(s.config(t), Options{Interval: time.Hour, OutageInterval: 20 * time.Millisecond, Timeout: 5 * time.Second}, newEvents())
 	if err != nil {
@@ -212,7 +214,7 @@ func (e *raceEvents) WatchFailed(error) {}
 // Monitor started after it on the same API server would overlap it), and
 // always finishes.
 func TestRacesNeverOverlapProbes(t *testing.T) {
-	noLeaks(t)
+	leakcheck.Cleanup(t)
 	lim := NewLimiter(2)
 	const members, rounds = 6, 100
 	var sent, reconnected, rejected, selfEnded atomic.Int32

@@ -12,9 +12,6 @@ import (
 	"time"
 
 	"github.com/mccr-dev/mccr/internal/leakcheck"
-
-	"go.uber.org/goleak"
-
 	"github.com/mccr-dev/mccr/internal/writegrace"
 )
 
@@ -66,12 +63,6 @@ func post(ctx context.Context, t *testing.T, hc *http.Client, url string) <-chan
 	return done
 }
 
-func leakCheck(t *testing.T) {
-	t.Helper()
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { leakcheck.VerifyNone(t, ignore) })
-}
-
 func within(t *testing.T, ch <-chan error, d time.Duration, what string) error {
 	t.Helper()
 	select {
@@ -87,7 +78,7 @@ func within(t *testing.T, ch <-chan error, d time.Duration, what string) error {
 // before end ended is not cut then, and gets the answer that comes within
 // the grace.
 func TestSentWriteGetsItsAnswerWithinTheGrace(t *testing.T) {
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	srv, arrived, release := slowServer(t)
 	defer srv.Close()
 	hc := srv.Client()
@@ -119,7 +110,7 @@ func TestSentWriteGetsItsAnswerWithinTheGrace(t *testing.T) {
 // TestSentWriteIsCutOnceItsGraceEnds: without an answer, a sent write ends
 // one grace after end, with the late cause; with no grace, at once.
 func TestSentWriteIsCutOnceItsGraceEnds(t *testing.T) {
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	srv, arrived, release := slowServer(t)
 	defer srv.Close()
 	defer close(release)
@@ -149,7 +140,7 @@ func TestSentWriteIsCutOnceItsGraceEnds(t *testing.T) {
 // connection is still being dialled) ends as end does, with the notSent
 // cause, and counts as not sent.
 func TestUnsentWriteEndsAtOnce(t *testing.T) {
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	dialing := make(chan struct{}, 1)
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		dialing <- struct{}{}
@@ -172,7 +163,7 @@ func TestUnsentWriteEndsAtOnce(t *testing.T) {
 // TestParentBoundsTheGrace: the caller's own deadline ends a write within
 // its grace.
 func TestParentBoundsTheGrace(t *testing.T) {
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	srv, arrived, release := slowServer(t)
 	defer srv.Close()
 	defer close(release)
@@ -195,7 +186,7 @@ func TestParentBoundsTheGrace(t *testing.T) {
 // TestDoneBeforeEnd: a write that returned before end ended is left alone
 // by it, and holds no timer or goroutine; a nil end never ends.
 func TestDoneBeforeEnd(t *testing.T) {
-	leakCheck(t)
+	leakcheck.Cleanup(t)
 	end, cancel := context.WithCancel(context.Background())
 	ctx, w := writegrace.Start(context.Background(), end, time.Hour, errNotSent, errLate)
 	w.Done()

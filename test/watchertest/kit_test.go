@@ -9,20 +9,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mccr-dev/mccr/internal/leakcheck"
-
-	"go.uber.org/goleak"
-
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/configwatcher"
+	"github.com/mccr-dev/mccr/internal/leakcheck"
 	"github.com/mccr-dev/mccr/test/watchertest"
 )
 
 // TestFileWatcher runs the kit on the FileWatcher: a watcher that keeps
 // the rules passes every check.
 func TestFileWatcher(t *testing.T) {
-	ignore := goleak.IgnoreCurrent()
-	t.Cleanup(func() { leakcheck.VerifyNone(t, ignore) })
+	leakcheck.Cleanup(t)
 	watchertest.Run(t, watchertest.Harness{NewSource: newKubeconfigDir, Quiet: 500 * time.Millisecond})
 }
 
