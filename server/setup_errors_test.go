@@ -105,6 +105,11 @@ func TestSetupErrorsSurface(t *testing.T) {
 	for _, name := range names {
 		test.Eventually(t, 30*time.Second, name+" retried after failed setups", func() bool {
 			st, err := srv.Status(name)
+			// A failure Status shows is counted already (every failure
+			// here is a failed setup).
+			if n := metricValue(t, "mccr_cluster_setup_errors_total", "cluster", name); err == nil && st.Failures > 0 && n < float64(st.Failures) {
+				t.Errorf("%s: Status shows %d failures, mccr_cluster_setup_errors_total %v", name, st.Failures, n)
+			}
 			return err == nil && st.Failures >= 3
 		})
 		st, _ := srv.Status(name)
