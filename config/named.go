@@ -151,8 +151,9 @@ func (c *NamedConfig) Redacted() string {
 }
 
 // Fingerprint returns a digest of everything in the config: its name, what
-// decides how the cluster is reached (see ReachFingerprint) and its
-// Properties. Two NamedConfigs with the same Fingerprint describe the same
+// decides how the cluster is reached (see ReachFingerprint), its
+// Properties and its Source (a cluster that another file or object serves
+// now, the same way, is described anew). Two NamedConfigs with the same Fingerprint describe the same
 // cluster the same way, so "the same config again" can be told apart from a
 // change even though *rest.Config values (with their func fields) never
 // compare equal by pointer or reflect.DeepEqual.
@@ -185,8 +186,8 @@ func (c *NamedConfig) ConnectionFingerprint() string {
 	return c.fingerprint(false, false)
 }
 
-// fingerprint digests the config; without properties, its Properties are
-// left out, and without credentials, the credentials a running member
+// fingerprint digests the config; without properties, its Properties and
+// Source are left out, and without credentials, the credentials a running member
 // takes in place (see ConnectionFingerprint).
 func (c *NamedConfig) fingerprint(properties, credentials bool) string {
 	h := sha256.New()
@@ -207,6 +208,9 @@ func (c *NamedConfig) fingerprint(properties, credentials bool) string {
 	// Without Properties the digest is what it was before they existed.
 	if properties && len(c.Properties) > 0 {
 		writeJSON(h, c.Properties) // encoding/json sorts map keys
+	}
+	if properties && c.Source != (Source{}) {
+		writeJSON(h, c.Source)
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -56,7 +56,11 @@ func TestFingerprintChanges(t *testing.T) {
 	}
 }
 
-func TestFingerprintIgnoresSource(t *testing.T) {
+// The same content from another file is the same cluster reached the
+// same way, described anew: Fingerprint tells the two apart (a watcher
+// publishes the new source), ReachFingerprint and ConnectionFingerprint
+// do not (a Server keeps the member running).
+func TestFingerprintCoversSourceAlone(t *testing.T) {
 	content := kubeconfig(t, ctxSpec{"a", "https://127.0.0.1:6443", "tok"})
 	one := filepath.Join(t.TempDir(), "one")
 	other := filepath.Join(t.TempDir(), "sub", "other")
@@ -66,8 +70,15 @@ func TestFingerprintIgnoresSource(t *testing.T) {
 	if a.Source == b.Source {
 		t.Fatal("sources should differ")
 	}
-	if a.Fingerprint() != b.Fingerprint() {
-		t.Error("same content at another source has another fingerprint")
+	if a.Fingerprint() == b.Fingerprint() {
+		t.Error("same content at another source has the same Fingerprint")
+	}
+	if a.ReachFingerprint() != b.ReachFingerprint() || a.ConnectionFingerprint() != b.ConnectionFingerprint() {
+		t.Error("same content at another source is reached differently")
+	}
+	again := loadOne(t, one)
+	if a.Fingerprint() != again.Fingerprint() {
+		t.Error("the same file loaded twice has two Fingerprints")
 	}
 }
 

@@ -12,8 +12,9 @@ type EventType int
 const (
 	// Added means a cluster appeared. Config is complete.
 	Added EventType = iota + 1
-	// Updated means a known cluster is now reached differently (new endpoint,
-	// rotated credentials, …). Config is complete.
+	// Updated means a known cluster is now reached or described differently
+	// (new endpoint, rotated credentials, other Properties, another file or
+	// object serving it, …). Config is complete.
 	Updated
 	// Deleted means a cluster is gone. Only Config.Name is guaranteed to be
 	// set: the source of its config may already have vanished.

@@ -231,12 +231,18 @@ func TestFileWatcherInitialStateAndFileChanges(t *testing.T) {
 		writeLikeAnEditor(t, b, kubeconfig(t, ctxSpec{"b1", server(3), "t"}, ctxSpec{"b2", server(4), "t"}))
 		expectEvents(t, w, "Added b2 "+server(4))
 	})
-	t.Run("file renamed within the directory is no event", func(t *testing.T) {
+	t.Run("file renamed within the directory is one Updated per context, naming the new file", func(t *testing.T) {
 		c := filepath.Join(dir, "c.yaml")
 		if err := os.Rename(b, c); err != nil {
 			t.Fatal(err)
 		}
-		expectQuiet(t, w)
+		// Reached the same way: only the source differs (a Server keeps
+		// the members running and shows the new file in their Status).
+		for _, ev := range expectEvents(t, w, "Updated b1 "+server(3), "Updated b2 "+server(4)) {
+			if ev.Config.Source.File != c {
+				t.Errorf("%s: source = %s, want %s", ev.Config.Name, ev.Config.Source.File, c)
+			}
+		}
 		writeLikeAnEditor(t, c, kubeconfig(t, ctxSpec{"b1", server(30), "t"}, ctxSpec{"b2", server(4), "t"}))
 		evs := expectEvents(t, w, "Updated b1 "+server(30))
 		if evs[0].Config.Source.File != c {
@@ -245,7 +251,7 @@ func TestFileWatcherInitialStateAndFileChanges(t *testing.T) {
 		if err := os.Rename(c, b); err != nil {
 			t.Fatal(err)
 		}
-		expectQuiet(t, w)
+		expectEvents(t, w, "Updated b1 "+server(30), "Updated b2 "+server(4))
 	})
 	t.Run("file moved out is Deleted per context", func(t *testing.T) {
 		if err := os.Rename(b, filepath.Join(t.TempDir(), "b.yaml")); err != nil {

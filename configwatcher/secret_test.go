@@ -351,33 +351,39 @@ func (e *secretEnv) testRefused(t *testing.T) {
 
 // testDuplicate: two Argo CD Secrets naming one cluster; the first keeps
 // it, the second is an error naming both, and takes over once the first
-// is gone.
+// is gone: with other credentials, or with the very same config (a Secret
+// renamed in Git, whose sync creates the new one before it prunes the
+// old), when only the Source tells the two apart.
 func (e *secretEnv) testDuplicate(t *testing.T) {
-	ns := e.namespace(t)
-	r := e.watch(t, configwatcher.ArgoCDFormat(), configwatcher.WithSecretNamespace(ns))
-	data := func(token string) map[string][]byte {
-		return map[string][]byte{
-			"name":   []byte("shared"),
-			"server": []byte(e.member.Config.Host),
-			"config": e.argoConfig(t, token, nil),
-		}
-	}
-	first := e.create(t, ns, "z-first", argoLabel, data(e.token))
-	r.event(configwatcher.Added, "shared")
-	e.create(t, ns, "a-second", argoLabel, data(e.rotated))
-	err := r.errFound(configwatcher.ErrSecretDuplicateCluster, "Secret "+ns+"/a-second", "Secret "+ns+"/z-first")
-	e.noSecrets(t, err)
-	r.quiet(kfQuiet)
+	for _, tc := range []struct{ name, token string }{{"OtherToken", e.rotated}, {"SameConfig", e.token}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := e.namespace(t)
+			r := e.watch(t, configwatcher.ArgoCDFormat(), configwatcher.WithSecretNamespace(ns))
+			data := func(token string) map[string][]byte {
+				return map[string][]byte{
+					"name":   []byte("shared"),
+					"server": []byte(e.member.Config.Host),
+					"config": e.argoConfig(t, token, nil),
+				}
+			}
+			first := e.create(t, ns, "z-first", argoLabel, data(e.token))
+			r.event(configwatcher.Added, "shared")
+			e.create(t, ns, "a-second", argoLabel, data(tc.token))
+			err := r.errFound(configwatcher.ErrSecretDuplicateCluster, "Secret "+ns+"/a-second", "Secret "+ns+"/z-first")
+			e.noSecrets(t, err)
+			r.quiet(kfQuiet)
 
-	if err := e.hostClient.Delete(t.Context(), first); err != nil {
-		t.Fatal(err)
+			if err := e.hostClient.Delete(t.Context(), first); err != nil {
+				t.Fatal(err)
+			}
+			ev := r.event(configwatcher.Updated, "shared")
+			if ev.Config.Source.Object != "Secret "+ns+"/a-second" {
+				t.Errorf("cluster served from %s, want the remaining Secret", ev.Config.Source)
+			}
+			e.reachesMember(t, ev.Config, tc.token)
+			r.quiet(kfQuiet)
+		})
 	}
-	ev := r.event(configwatcher.Updated, "shared")
-	if ev.Config.Source.Object != "Secret "+ns+"/a-second" {
-		t.Errorf("cluster served from %s, want the remaining Secret", ev.Config.Source)
-	}
-	e.reachesMember(t, ev.Config, e.rotated)
-	r.quiet(kfQuiet)
 }
 
 // testIgnored: Secrets of other namespaces, or without the label, are not

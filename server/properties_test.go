@@ -115,6 +115,20 @@ func TestPropertiesReachReconcilersWithoutRestart(t *testing.T) {
 	if err := r.srv.Update(changed); err != nil {
 		t.Fatal(err)
 	}
+	// The same cluster served the same way from another object (a Secret
+	// renamed): Status names the new source, the Manager runs on.
+	moved := config.NewNamedConfig(name, fleet.Cluster("m1").Config)
+	moved.Properties = changed.Properties
+	moved.Source = config.Source{Object: "Secret ns/renamed"}
+	if err := r.srv.Update(moved); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := r.srv.Status(name); st.Source != moved.Source || st.Restarts != st0.Restarts || st.Phase != server.PhaseReady {
+		t.Fatalf("status after a change of Source alone: source %q, phase %s, restarts %d (was %d)", st.Source, st.Phase, st.Restarts, st0.Restarts)
+	}
+	if m, _ := r.srv.GetManager(name); m != before {
+		t.Fatal("a change of Source alone restarted the member's Manager")
+	}
 	// A ctx naming no cluster, or an unknown one, is ErrClusterNotFound.
 	if _, err := r.srv.ClusterProperties(t.Context()); !errors.Is(err, server.ErrClusterNotFound) {
 		t.Errorf("ClusterProperties without a cluster in ctx: %v", err)

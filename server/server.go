@@ -203,8 +203,8 @@ func (s *Server) add(nc *config.NamedConfig) error {
 // Update replaces a member's config. The same config again is a no-op; a
 // changed one stops that member's Manager and starts a new one with the new
 // config, leaving every other member alone. A config that differs only in
-// its Properties (config.NamedConfig.ReachFingerprint unchanged) keeps the
-// running Manager and takes the new Properties at once; one that differs
+// its Properties or Source (config.NamedConfig.ReachFingerprint unchanged)
+// keeps the running Manager and takes the new ones at once; one that differs
 // only in its bearer token, token file or username and password
 // (config.NamedConfig.ConnectionFingerprint unchanged, no exec plugin)
 // keeps it too, and its requests carry the new credentials from then on
@@ -241,7 +241,7 @@ func (s *Server) update(nc *config.NamedConfig) (<-chan struct{}, error) {
 		case how == updatedCredentials:
 			s.log.Info("cluster credentials updated; member keeps running on the new ones", "cluster", nc.Name, "source", nc.Source.String())
 		case how == updatedProperties:
-			s.log.Info("cluster properties updated; member keeps running", "cluster", nc.Name, "source", nc.Source.String())
+			s.log.Info("cluster properties or source updated; member keeps running", "cluster", nc.Name, "source", nc.Source.String())
 		}
 		return stopped, err
 	}
