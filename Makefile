@@ -172,6 +172,7 @@ test-short: $(ASSETS_DEP) ## Quick run: skips the slow fault/scale parts.
 # through the entry point that takes it. `make test` runs their seed corpora
 # (f.Add and <package>/testdata/fuzz/<FuzzName>/) as ordinary tests.
 FUZZ_TARGETS ?= \
+	internal/yamlshape:FuzzCheck \
 	config:FuzzValidateName \
 	config:FuzzLoadKubeconfig \
 	config:FuzzLoadFile \

@@ -21,6 +21,14 @@ import (
 // file, or a device such as /dev/zero, from exhausting memory.
 const maxKubeconfigSize = 16 << 20
 
+// maxKubeconfigNodes bounds the YAML nodes a kubeconfig may hold, its
+// aliases expanded (see internal/yamlshape): clientcmd.Load allocates
+// about a kilobyte a node, so the bound keeps a file of nothing but nodes
+// to some 150 MiB allocated while it decodes, where a file of 16 MiB could
+// hold gigabytes. A kubeconfig with embedded certificates and tokens has
+// some 60 nodes a context: the bound leaves room for about 4,000.
+const maxKubeconfigNodes = 1 << 18
+
 // maxReferencedFileSize bounds a certificate, key or token file that a
 // kubeconfig names. They are a few kilobytes at most.
 const maxReferencedFileSize = 1 << 20
@@ -248,20 +256,23 @@ func readRegular(path string, limit int64, roots []string) ([]byte, error) {
 			return nil, unfitFile("changed while it was checked")
 		}
 	}
-	data, err := io.ReadAll(io.LimitReader(f, fi.Size()+1))
-	if err != nil {
+	// One byte more than the size, to tell a file that yields more.
+	data := make([]byte, fi.Size()+1)
+	n, err := io.ReadFull(f, data)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return nil, bareFSError(err)
 	}
-	if int64(len(data)) > fi.Size() {
+	data = data[:n]
+	if int64(n) > fi.Size() {
 		return nil, unfitFile(fmt.Sprintf("yields more than its size of %d bytes (a pseudo-file, or written while read)", fi.Size()))
 	}
 	return data, nil
 }
 
 func parseKubeconfig(path string, data []byte, o LoadOptions) ([]*NamedConfig, error) {
-	raw, err := clientcmd.Load(data)
+	raw, err := DecodeKubeconfig(data)
 	if err != nil {
-		return nil, &FileError{Path: path, Err: fmt.Errorf("%w: %s", ErrInvalidKubeconfig, decodeMessage(err, data))}
+		return nil, &FileError{Path: path, Err: err}
 	}
 	if len(raw.Contexts) == 0 {
 		return nil, &FileError{Path: path, Err: ErrNoContexts}

@@ -2,6 +2,7 @@ package configwatcher
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -10,6 +11,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/internal/yamlshape"
 )
 
 // secretKubeconfig builds the config of a multicluster-runtime kubeconfig
@@ -29,8 +31,11 @@ func secretKubeconfig(data map[string][]byte, key string, allowPlugins bool) (*r
 	invalid := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %w: key %q: %s", ErrSecretInvalid, config.ErrInvalidKubeconfig, key, fmt.Sprintf(format, args...))
 	}
-	kc, err := clientcmd.Load(raw)
-	if err != nil {
+	kc, err := config.DecodeKubeconfig(raw)
+	switch {
+	case errors.Is(err, yamlshape.ErrTooManyNodes):
+		return nil, fmt.Errorf("%w: key %q: %w", ErrSecretInvalid, key, err)
+	case err != nil:
 		return nil, invalid("does not parse as a kubeconfig")
 	}
 	name := kc.CurrentContext

@@ -1,0 +1,93 @@
+package yamlshape
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	yaml "go.yaml.in/yaml/v3"
+)
+
+const bound = 1000
+
+// Shapes that hold many nodes in few bytes are refused, whichever way the
+// YAML writes them; a kubeconfig's own shape is not.
+func TestCheck(t *testing.T) {
+	refused := map[string]string{
+		"flow sequence":        "clusters: [" + strings.Repeat("0,", bound) + "0]",
+		"nested flow":          strings.Repeat("[", bound) + strings.Repeat("]", bound),
+		"flow mappings":        "[" + strings.Repeat("{a},", bound/2) + "{a}]",
+		"keys without values":  "{" + strings.Repeat("a,", bound/2) + "a}",
+		"block sequence":       strings.Repeat("- 0\n", bound),
+		"nested block entries": strings.Repeat("- ", bound) + "0",
+		"explicit keys":        strings.Repeat("? ", bound) + "0",
+		"lines":                strings.Repeat("a: 0\n", bound/2),
+		"JSON":                 `{"clusters":[` + strings.Repeat(`{},`, bound/2) + `{}]}`,
+		"aliases of aliases": "a: &a [0,0,0,0,0,0,0,0,0,0]\n" +
+			"b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\n" +
+			"c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n" +
+			"d: [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\n",
+		"alias within its anchor": "a: &a [*a]\n",
+	}
+	for name, doc := range refused {
+		t.Run(name, func(t *testing.T) {
+			err := Check([]byte(doc), bound)
+			if !errors.Is(err, ErrTooManyNodes) {
+				t.Fatalf("Check = %v, want ErrTooManyNodes", err)
+			}
+			if strings.Contains(err.Error(), "0,0") || strings.Contains(err.Error(), "*a") {
+				t.Errorf("error quotes the document: %v", err)
+			}
+		})
+	}
+	accepted := map[string]string{
+		"kubeconfig": `apiVersion: v1
+kind: Config
+clusters:
+- name: a
+  cluster:
+    server: https://127.0.0.1:6443
+    certificate-authority-data: ` + strings.Repeat("QUJD", 400) + `
+users:
+- name: a
+  user:
+    token: ` + strings.Repeat("x", 900) + `
+contexts:
+- name: a
+  context: {cluster: a, user: a}
+current-context: a
+`,
+		"a few aliases": "a: &a {server: https://h}\nb: *a\nc: *a\n",
+		"star in a token": "user: {token: a*b&c}\n",
+		"empty":           "",
+		"not YAML":        "{[}&*",
+	}
+	for name, doc := range accepted {
+		t.Run(name, func(t *testing.T) {
+			if err := Check([]byte(doc), bound); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// The bound holds for what a decoder builds: a document Check accepts has
+// at most the bound's nodes, its aliases expanded.
+func FuzzCheck(f *testing.F) {
+	for _, s := range []string{"a: [0,0]", "a: &a [0]\nb: [*a,*a]", "- - 0", "{a, b: c}", "? a\n: b", "a: &a [*a]"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, doc string) {
+		const limit = 64
+		if Check([]byte(doc), limit) != nil {
+			return
+		}
+		var n yaml.Node
+		if yaml.Unmarshal([]byte(doc), &n) != nil {
+			return
+		}
+		if got := expandedSize(&n, 1<<20); got > limit {
+			t.Fatalf("accepted a document of %d nodes, bound %d: %q", got, limit, doc)
+		}
+	})
+}
