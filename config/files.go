@@ -40,7 +40,8 @@ func expandHome(path string) (string, error) {
 //     or to nothing is skipped, as is anything that is not a regular file
 //     (a FIFO would block the reader). LoadConfigsFromConfigFile and the
 //     file watcher then refuse, unopened, a link that leads out of the
-//     directory (CheckDirectoryEntry).
+//     directory, and one swapped in since, once opened
+//     (LoadDirectoryEntry).
 //
 // A missing path is an error wrapping fs.ErrNotExist.
 func KubeconfigFiles(path string) ([]string, error) {

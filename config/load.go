@@ -142,14 +142,12 @@ func LoadConfigsFromConfigFile(path string, opts ...LoadOption) ([]*NamedConfig,
 		isDir = true
 	}
 	loaded := make([]FileConfigs, 0, len(files))
+	load := LoadFile
+	if isDir {
+		load = LoadDirectoryEntry
+	}
 	for _, f := range files {
-		if isDir {
-			if err := CheckDirectoryEntry(f, opts...); err != nil {
-				loaded = append(loaded, FileConfigs{Path: f, Err: err})
-				continue
-			}
-		}
-		cfgs, err := LoadFile(f, opts...)
+		cfgs, err := load(f, opts...)
 		loaded = append(loaded, FileConfigs{Path: f, Configs: cfgs, Err: err})
 	}
 	return MergeFileConfigs(loaded)
@@ -185,6 +183,41 @@ func CheckDirectoryEntry(path string, opts ...LoadOption) error {
 		return &FileError{Path: path, Err: fmt.Errorf("%w: the entry is a symlink that leads out of %s", ErrFileReferenceRefused, quoteIfOdd(dir))}
 	}
 	return nil
+}
+
+// LoadDirectoryEntry loads the kubeconfig found at path in a directory:
+// CheckDirectoryEntry, then LoadFile, with no way around the check between
+// the two. An entry replaced by a symlink leading out of the directory
+// after it was checked (by whoever writes the directory) is found out once
+// opened, from the file actually opened, and refused
+// (ErrFileReferenceRefused) before a byte of it is read.
+func LoadDirectoryEntry(path string, opts ...LoadOption) ([]*NamedConfig, error) {
+	if err := CheckDirectoryEntry(path, opts...); err != nil {
+		return nil, err
+	}
+	o := newLoadOptions(opts)
+	if o.AnyFileReferences {
+		return LoadFile(path, opts...)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, &FileError{Path: path, Err: err}
+	}
+	dir := filepath.Dir(abs)
+	allowed, err := allowedRoots(dir, o.FileReferenceRoots)
+	if err != nil {
+		return nil, &FileError{Path: path, Err: err}
+	}
+	data, err := readRegular(path, maxKubeconfigSize, allowed)
+	switch reason, unfit := errors.AsType[unfitFile](err); {
+	case unfit && reason == changedWhileChecked:
+		return nil, &FileError{Path: path, Err: fmt.Errorf("%w: the entry leads out of %s once opened (replaced since it was checked)", ErrFileReferenceRefused, quoteIfOdd(dir))}
+	case unfit:
+		return nil, &FileError{Path: path, Err: fmt.Errorf("%w: %w", ErrInvalidKubeconfig, err)}
+	case err != nil:
+		return nil, &FileError{Path: path, Err: err}
+	}
+	return parseKubeconfig(path, data, o)
 }
 
 // isSymlink reports whether path is a symbolic link. A path that cannot be
@@ -227,6 +260,10 @@ type unfitFile string
 
 func (e unfitFile) Error() string { return string(e) }
 
+// changedWhileChecked is readRegular's refusal of a file opened outside
+// its roots.
+const changedWhileChecked unfitFile = "changed while it was checked"
+
 // readRegular reads a regular file of at most limit bytes. It opens without
 // blocking (a FIFO swapped in after a listing or a check opens at once),
 // reads only a regular file, and no more than the size the file reports: a
@@ -253,7 +290,7 @@ func readRegular(path string, limit int64, roots []string) ([]byte, error) {
 	}
 	if roots != nil {
 		if opened, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(f.Fd()))); err == nil && filepath.IsAbs(opened) && !within(opened, roots) {
-			return nil, unfitFile("changed while it was checked")
+			return nil, changedWhileChecked
 		}
 	}
 	// One byte more than the size, to tell a file that yields more.

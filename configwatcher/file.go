@@ -428,13 +428,12 @@ func (w *FileWatcher) sync() bool {
 		var cfgs []*config.NamedConfig
 		// A panic on one file's content fails that file only (it keeps its
 		// last good clusters, as any broken file does).
+		load := config.LoadFile
+		if w.rootIsDir {
+			load = config.LoadDirectoryEntry
+		}
 		err := safe.Call(w.log, "configwatcher: kubeconfig "+f, func() (err error) {
-			if w.rootIsDir {
-				err = config.CheckDirectoryEntry(f, w.loadOpts...)
-			}
-			if err == nil {
-				cfgs, err = config.LoadFile(f, w.loadOpts...)
-			}
+			cfgs, err = load(f, w.loadOpts...)
 			return err
 		})
 		if len(cfgs) == 0 && errors.Is(err, fs.ErrNotExist) {
