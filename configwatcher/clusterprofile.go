@@ -86,8 +86,10 @@ var (
 // Because the command always comes from the operator, never from a
 // profile, plugins run without any opt-in such as AllowAuthPlugins. A
 // profile is untrusted input in every other way: it chooses no file (a
-// certificate-authority path is refused), may not turn TLS verification
-// off, and adds arguments or environment variables to the plugin only
+// certificate-authority path is refused), cannot turn TLS off (a server
+// that is not https is refused; insecure-skip-tls-verify is ignored and
+// the server's certificate checked, as the Cluster Inventory API's own
+// config builder does), and adds arguments or environment variables to the plugin only
 // where the operator's provider allows it — and never loader, shell,
 // interpreter, proxy, TLS-trust or credential variables, nor one the
 // controller's process already has (see AccessProvider).

@@ -124,7 +124,8 @@ func FuzzClusterProfile(f *testing.F) {
 // over a status that makes it a cluster. Whatever the labels: nothing
 // panics; a published config's Properties hold each label under
 // LabelPropertyPrefix only if its value is UTF-8 and at most 4 KiB, at most
-// 128 of them, and no status property under that prefix; the cluster's
+// 128 of them, and no status property under that prefix; status properties
+// are bounded the same way; the cluster's
 // name is the member ID when there is one; the checks of fuzz_test.go hold.
 func FuzzClusterProfileLabels(f *testing.F) {
 	status := []byte(`{"conditions":[{"type":"ControlPlaneHealthy","status":"True"},{"type":"Joined","status":"True"}],"properties":[{"name":"label:team","value":"forged"},{"name":"region","value":"eu"}],"accessProviders":[{"name":"strict","cluster":{"server":"https://127.0.0.1:6443"}}]}`)
@@ -141,6 +142,21 @@ func FuzzClusterProfileLabels(f *testing.F) {
 	}
 	f.Add(raw, status)
 	f.Add([]byte(`{"multicluster.x-k8s.io/inventory-member-id":"../../etc"}`), status)
+	// Status properties past the bounds: too long, not UTF-8, too many.
+	props := []map[string]string{{"name": "big", "value": strings.Repeat("x", 4097)}, {"name": "bad", "value": "\xff"}}
+	for i := range 200 {
+		props = append(props, map[string]string{"name": fmt.Sprintf("p%03d", i), "value": "v"})
+	}
+	var st map[string]any
+	if err := json.Unmarshal(status, &st); err != nil {
+		f.Fatal(err)
+	}
+	st["properties"] = props
+	bounded, err := json.Marshal(st)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add([]byte(`{"team":"a"}`), bounded)
 	f.Fuzz(func(t *testing.T, labels, status []byte) {
 		var lbls map[string]string
 		var st any
@@ -188,6 +204,20 @@ func FuzzClusterProfileLabels(f *testing.F) {
 			}
 			if n > 128 {
 				t.Fatalf("%d label properties", n)
+			}
+			// Status properties are bounded the same way.
+			n = 0
+			for k, v := range c.cfg.Properties {
+				if strings.HasPrefix(k, LabelPropertyPrefix) || k == ClusterProfileProperty {
+					continue
+				}
+				n++
+				if !utf8.ValidString(v) || len(v) > 4096 {
+					t.Fatalf("status property %q of %d bytes", k, len(v))
+				}
+			}
+			if n > 128 {
+				t.Fatalf("%d status properties", n)
 			}
 		}
 		o := objectClaim{

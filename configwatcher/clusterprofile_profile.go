@@ -147,21 +147,22 @@ func (cp *clusterProfile) member() string {
 }
 
 // properties is what the profile says about its cluster beyond how to
-// reach it: its labels under LabelPropertyPrefix (bounded as
-// labelProperties bounds them), and its status.properties; and
-// ClusterProfileProperty, its own name. A property whose name starts with
-// LabelPropertyPrefix is a label's; a status property of such a name is
-// left out.
+// reach it: its labels under LabelPropertyPrefix, and its
+// status.properties, each bounded as labelProperties bounds labels (they
+// are copied into every Status); and ClusterProfileProperty, its own
+// name. A property whose name starts with LabelPropertyPrefix is a
+// label's; a status property of such a name is left out.
 func (cp *clusterProfile) properties() map[string]string {
 	var status map[string]string
-	for name, value := range cp.ident.Properties {
-		if strings.HasPrefix(name, LabelPropertyPrefix) {
-			continue
+	if len(cp.ident.Properties) > 0 {
+		meta := make(map[string]string, len(cp.ident.Properties))
+		for name, value := range cp.ident.Properties {
+			if !strings.HasPrefix(name, LabelPropertyPrefix) {
+				meta[name] = value
+			}
 		}
-		if status == nil {
-			status = make(map[string]string, len(cp.ident.Properties))
-		}
-		status[name] = value
+		status = make(map[string]string, min(len(meta), maxMetaProperties))
+		addMetaProperties(status, meta)
 	}
 	return mergeProperties(status, labelProperties(cp.ident.Labels), map[string]string{ClusterProfileProperty: cp.ref})
 }
@@ -206,9 +207,12 @@ func (cp *clusterProfile) access(providers []AccessProvider) (*AccessProvider, *
 // restConfig builds the config that reaches the cluster of pa through
 // provider p: the address, CA, TLS server name and proxy that pa's cluster
 // gives, and p's exec plugin for the credentials. A profile chooses no
-// command and no file: a certificate-authority file is refused, and so is
-// insecure-skip-tls-verify, which would let anyone on the way receive the
-// plugin's credentials.
+// command and no file: a certificate-authority file is refused. Nor can it
+// let anyone on the way receive the plugin's credentials: a server that is
+// not https is refused, and insecure-skip-tls-verify is ignored, the
+// server's certificate checked all the same (as the Cluster Inventory
+// API's own config builder does: it takes the server, CA data and proxy
+// alone).
 func restConfig(p *AccessProvider, pa *profileAccess) (*rest.Config, error) {
 	c := &pa.Cluster
 	fail := func(format string, args ...any) (*rest.Config, error) {
@@ -219,14 +223,12 @@ func restConfig(p *AccessProvider, pa *profileAccess) (*rest.Config, error) {
 		return fail("no server")
 	}
 	u, err := url.Parse(server)
-	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-		return fail("server %s is not an http(s) URL", quoteURL(server))
+	if err != nil || u.Host == "" || u.Scheme != "https" {
+		return fail("server %s is not an https URL: the plugin's credentials go over TLS alone", quoteURL(server))
 	}
 	switch {
 	case c.CertificateAuthority != "":
 		return fail("certificate-authority names a file; a profile must hold its CA inline (certificate-authority-data), the path would be a file of the controller")
-	case c.InsecureSkipTLSVerify:
-		return fail("insecure-skip-tls-verify is refused: the plugin's credentials would go to whoever answers")
 	case len(c.CertificateAuthorityData) > 0 && !x509.NewCertPool().AppendCertsFromPEM(c.CertificateAuthorityData):
 		return fail("certificate-authority-data holds no PEM certificate")
 	}

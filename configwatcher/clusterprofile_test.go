@@ -476,10 +476,13 @@ func (e *clusterProfileEnv) testBadInputIn(t *testing.T, version string) {
 		{"unknown", e.access("nobody-knows", "u", nil), configwatcher.ErrClusterProfileNoAccessProvider, `"nobody-knows"`},
 		// (v1alpha1's schema requires a server, and lets an empty one by.)
 		{"no-server", e.access(cpTokenFile, "x", map[string]any{"server": ""}), configwatcher.ErrClusterProfileInvalid, "no server"},
-		{"bad-url", e.access(cpTokenFile, "x", map[string]any{"server": "ftp://user:hunter2@example.com"}), configwatcher.ErrClusterProfileInvalid, "not an http(s) URL"},
+		{"bad-url", e.access(cpTokenFile, "x", map[string]any{"server": "ftp://user:hunter2@example.com"}), configwatcher.ErrClusterProfileInvalid, "not an https URL"},
+		// Plain http would hand the plugin's credentials to whoever
+		// answers, through a proxy or not.
+		{"plain-http", e.access(cpTokenFile, "x", map[string]any{"server": "http://127.0.0.1:1"}), configwatcher.ErrClusterProfileInvalid, "not an https URL"},
+		{"plain-http-proxy", e.access(cpTokenFile, "x", map[string]any{"server": "http://127.0.0.1:1", "proxy-url": "http://127.0.0.1:2"}), configwatcher.ErrClusterProfileInvalid, "not an https URL"},
 		{"bad-ca", e.access(cpTokenFile, "x", map[string]any{"certificate-authority-data": badCA}), configwatcher.ErrClusterProfileInvalid, "no PEM certificate"},
 		{"ca-file", e.access(cpTokenFile, "x", map[string]any{"certificate-authority": "/etc/ssl/certs/ca-certificates.crt"}), configwatcher.ErrClusterProfileInvalid, "names a file"},
-		{"insecure", e.access(cpTokenFile, "x", map[string]any{"insecure-skip-tls-verify": true}), configwatcher.ErrClusterProfileInvalid, "insecure-skip-tls-verify"},
 		{"bad-proxy", e.access(cpTokenFile, "x", map[string]any{"proxy-url": "no-scheme"}), configwatcher.ErrClusterProfileInvalid, "proxy-url"},
 	} {
 		if c.name == "ca-file" && version != clusterinventory.V1Alpha1 {
@@ -491,6 +494,16 @@ func (e *clusterProfileEnv) testBadInputIn(t *testing.T, version string) {
 		if strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("error quotes a password of the server URL: %v", err)
 		}
+	}
+	r.quiet(kfQuiet)
+
+	// insecure-skip-tls-verify is ignored, as the Cluster Inventory API's
+	// config builder ignores it: the cluster joins, and its server's
+	// certificate is checked against the profile's CA all the same.
+	createClusterProfile(t, e.hostClient, ns, "insecure", nil, cpStatus("True", nil, e.access(cpTokenFile, "insecure", map[string]any{"insecure-skip-tls-verify": true})))
+	ev := r.event(configwatcher.Added, ns+"/insecure")
+	if tls := ev.Config.Config.TLSClientConfig; tls.Insecure || !bytes.Equal(tls.CAData, e.member.Config.CAData) {
+		t.Errorf("profile with insecure-skip-tls-verify: TLS insecure %v, CA data kept %v", tls.Insecure, bytes.Equal(tls.CAData, e.member.Config.CAData))
 	}
 	r.quiet(kfQuiet)
 
