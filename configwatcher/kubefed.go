@@ -42,6 +42,12 @@ var (
 // named by spec.secretRef. Its config's Source.Object is
 // "KubeFedCluster <namespace>/<name>".
 //
+// As in KubeFed, spec.secretRef may name any Secret of the namespace, one
+// that another KubeFedCluster uses among them, and that Secret's token goes
+// to the spec.apiEndpoint its writer chose: whoever may write
+// KubeFedClusters is trusted with the tokens of that namespace's Secrets
+// (docs/security.md).
+//
 // It watches KubeFedClusters and Secrets of that namespace through a
 // controller-runtime cache (no polling) and, on every change, works out the
 // whole fleet again and publishes only the difference: a rotated token or a
