@@ -63,8 +63,9 @@ type Options struct {
 	// Scheme answers Scheme and GroupVersionKindFor. Required.
 	Scheme *runtime.Scheme
 	// RESTMapper answers RESTMapper and IsObjectNamespaced. Required; mccr
-	// passes the host cluster's mapper (members normally serve the same
-	// kinds; for one member's own view use that member's client).
+	// passes the host cluster's mapper. For a kind it has no match for,
+	// the Ready members' mappers are asked in name order, and the first
+	// that has one answers (a kind installed in the members alone).
 	RESTMapper meta.RESTMapper
 	// WriteGrace is how long a write already sent when its cluster's
 	// route ends (the cluster is deleted or restarts) may still wait for
@@ -97,7 +98,7 @@ func New(fleet Fleet, opts Options) *Client {
 		opts.WriteGrace = 0
 	}
 	return &Client{
-		fleet: fleet, scheme: opts.Scheme, mapper: opts.RESTMapper, grace: opts.WriteGrace,
+		fleet: fleet, scheme: opts.Scheme, mapper: fleetMapper{first: opts.RESTMapper, fleet: fleet}, grace: opts.WriteGrace,
 		graceEnded: fmt.Errorf("no answer within the write grace of %s after the cluster's route ended", opts.WriteGrace),
 	}
 }
@@ -322,7 +323,9 @@ func (c *Client) SubResource(subResource string) crclient.SubResourceClient {
 // Scheme returns the scheme shared by every cluster of the Server.
 func (c *Client) Scheme() *runtime.Scheme { return c.scheme }
 
-// RESTMapper returns the host cluster's REST mapper.
+// RESTMapper returns the fleet's REST mapper: the host cluster's, and for
+// a kind the host does not serve, the first Ready member's (in name order)
+// that does.
 func (c *Client) RESTMapper() meta.RESTMapper { return c.mapper }
 
 // GroupVersionKindFor looks obj up in the shared scheme (unstructured
@@ -331,7 +334,7 @@ func (c *Client) GroupVersionKindFor(obj runtime.Object) (schema.GroupVersionKin
 	return apiutil.GVKForObject(obj, c.scheme)
 }
 
-// IsObjectNamespaced asks the host cluster's REST mapper.
+// IsObjectNamespaced asks the fleet's REST mapper (see RESTMapper).
 func (c *Client) IsObjectNamespaced(obj runtime.Object) (bool, error) {
 	return apiutil.IsObjectNamespaced(obj, c.scheme, c.mapper)
 }

@@ -205,9 +205,11 @@
 // Scheme, RESTMapper, GroupVersionKindFor and IsObjectNamespaced name no
 // cluster, so they answer for the fleet: Scheme is the scheme from the
 // Options given to NewServer, which every member shares; RESTMapper and
-// IsObjectNamespaced use the host cluster's REST mapper, since members
-// normally serve the same kinds. For a kind only some members serve, ask
-// that member's client (Client.For).
+// IsObjectNamespaced use the host cluster's REST mapper, and for a kind the
+// host does not serve, the first Ready member's (in name order) that does:
+// a kind installed in the members alone maps as they map it, so wrappers
+// such as client.NewNamespacedClient work for it too. For one member's own
+// view of a kind, ask that member's client (Client.For).
 //
 // # No WithWatch
 //
