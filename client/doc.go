@@ -155,7 +155,9 @@
 // cluster another replica runs (an *ElsewhereError, as for a call aimed at
 // it), when it is marked unreachable (ErrClusterUnreachable, below), or
 // when its List fails.
-// errors.Is sees through a ListError to each cluster's error.
+// errors.Is sees through a ListError to each cluster's error, while
+// apierrors.IsNotFound and the like (and client.IgnoreNotFound) judge it as
+// a whole: true only when every cluster that failed failed that way.
 //
 // To take what there is, pass a *Partial:
 //

@@ -6,6 +6,9 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 var (
@@ -137,6 +140,36 @@ func (e *ListError) Error() string {
 		b.WriteString(msg)
 	}
 	return b.String()
+}
+
+// Status lets apierrors' predicates (IsNotFound, IsForbidden, …) and
+// client.IgnoreNotFound judge the List as a whole: its reason and code are
+// those every failed cluster's error shares, and none when they differ or
+// one is no API server's answer. Left to Unwrap, those predicates would
+// judge by the first API error among the clusters', and IgnoreNotFound
+// would drop a List one cluster answered NotFound while another could not
+// be read at all.
+func (e *ListError) Status() metav1.Status {
+	var reason metav1.StatusReason
+	var code int32
+	for i, err := range e.Unwrap() {
+		var r metav1.StatusReason
+		var c int32
+		var status apierrors.APIStatus
+		if errors.As(err, &status) {
+			r, c = status.Status().Reason, status.Status().Code
+		}
+		switch {
+		case i == 0:
+			reason, code = r, c
+		case r != reason || c != code:
+			reason, code = metav1.StatusReasonUnknown, 0
+		}
+		if reason == metav1.StatusReasonUnknown && code == 0 {
+			break
+		}
+	}
+	return metav1.Status{Status: metav1.StatusFailure, Reason: reason, Code: code, Message: e.Error()}
 }
 
 // Unwrap returns the per-cluster errors, so errors.Is(err,
