@@ -61,7 +61,11 @@ import (
 //     the waiting starts start first, and every fourth slot goes to the
 //     oldest, so one added amid thousands waits for most of them.
 //   - µs-status, µs-statuses, µs-clusternames: median (and -max) of 100
-//     calls of Server.Status, Statuses and ClusterNames, fleet at rest;
+//     calls of Server.Status, Statuses and ClusterNames, fleet at rest
+//     (Statuses' first calls since the reading at rest returned the
+//     heap's free memory to the system, so the kernel faults its results'
+//     pages in); µs-statuses-again: 100 more calls of Statuses after a
+//     collection, which find the memory the first results held;
 //     µs-appendstatuses-reused: the same of AppendStatuses given the
 //     buffer of its last call, as a poller calls it;
 //     µs-cpu-…: the median CPU time of the same calls (what they cost,
@@ -133,6 +137,9 @@ func BenchmarkFakeFleet(b *testing.B) {
 				b.ReportMetric(micros(fig.Status.Max), "µs-status-max")
 				b.ReportMetric(micros(fig.Statuses.P50), "µs-statuses")
 				b.ReportMetric(micros(fig.Statuses.Max), "µs-statuses-max")
+				b.ReportMetric(micros(fig.StatusesAgain.P50), "µs-statuses-again")
+				b.ReportMetric(micros(fig.StatusesAgain.Max), "µs-statuses-again-max")
+				b.ReportMetric(micros(fig.StatusesAgainCPU.P50), "µs-cpu-statuses-again")
 				b.ReportMetric(micros(fig.AppendStatuses.P50), "µs-appendstatuses-reused")
 				b.ReportMetric(micros(fig.AppendStatuses.Max), "µs-appendstatuses-reused-max")
 				b.ReportMetric(micros(fig.ClusterNames.P50), "µs-clusternames")
@@ -148,13 +155,14 @@ func BenchmarkFakeFleet(b *testing.B) {
 				b.ReportMetric(load, "load-1m")
 				b.Logf("clusters=%d: all reconciled in %s (Adds took %s; engine CPU in the burst %s), RSS %.0f MiB at rest (peak %.0f MiB), %.0f KiB and %.1f goroutines per cluster; "+
 					"add→reconcile p50/p99/max %s/%s/%s, delete %s/%s/%s; during the burst (%d cycles) add→reconcile %s/%s/%s, delete %s/%s/%s; one added amid the registration: %s; "+
-					"Status %s (max %s, CPU %s), Statuses %s (max %s, CPU %s), AppendStatuses with its last buffer %s (max %s), ClusterNames %s (max %s, CPU %s); /fleetz %s (max %s, %d KiB); "+
+					"Status %s (max %s, CPU %s), Statuses %s (max %s, CPU %s), again %s (max %s, CPU %s), AppendStatuses with its last buffer %s (max %s), ClusterNames %s (max %s, CPU %s); /fleetz %s (max %s, %d KiB); "+
 					"engine stopped in %s; CPU engine %.1f s (at rest %.2f cores), fakes %.1f s; load %.2f before, %.2f after; fake fleet RSS %.0f MiB",
 					len(spec.Clusters), fig.AllReconciled.Round(time.Millisecond), fig.Registered.Round(time.Millisecond), fig.BurstCPU.Round(time.Millisecond),
 					fig.RSSMiB, fig.PeakRSSMiB, fig.RSSKiB, fig.Goroutines,
 					fig.Add.P50, fig.Add.P99, fig.Add.Max, fig.Delete.P50, fig.Delete.P99, fig.Delete.Max,
 					fig.BurstAdd.N, fig.BurstAdd.P50, fig.BurstAdd.P99, fig.BurstAdd.Max, fig.BurstDelete.P50, fig.BurstDelete.P99, fig.BurstDelete.Max, fig.AmidAdd.Round(time.Millisecond),
 					fig.Status.P50, fig.Status.Max, fig.StatusCPU.P50, fig.Statuses.P50, fig.Statuses.Max, fig.StatusesCPU.P50,
+					fig.StatusesAgain.P50, fig.StatusesAgain.Max, fig.StatusesAgainCPU.P50,
 					fig.AppendStatuses.P50, fig.AppendStatuses.Max,
 					fig.ClusterNames.P50, fig.ClusterNames.Max, fig.ClusterNamesCPU.P50,
 					fig.Fleetz.P50, fig.Fleetz.Max, fig.FleetzBytes>>10,
@@ -245,17 +253,20 @@ type fleetFigures struct {
 	AmidAdd          time.Duration
 	Add, Delete      spread
 	Status, Statuses spread
-	AppendStatuses   spread // with the buffer of its last call
-	ClusterNames     spread
+	// StatusesAgain is a second series of Statuses calls, once the first
+	// series' results were collected.
+	StatusesAgain  spread
+	AppendStatuses spread // with the buffer of its last call
+	ClusterNames   spread
 	// The same calls' CPU time (their thread's): what they cost whatever
 	// else the two cores were doing meanwhile.
-	StatusCPU, StatusesCPU, ClusterNamesCPU spread
-	Fleetz                                  spread
-	FleetzBytes                             int
-	Stop                                    time.Duration
-	CPU                                     time.Duration // the engine's whole run, from its rusage
-	RestCores                               float64       // the engine's CPU at rest, in cores
-	Failures                                int
+	StatusCPU, StatusesCPU, StatusesAgainCPU, ClusterNamesCPU spread
+	Fleetz                                                    spread
+	FleetzBytes                                               int
+	Stop                                                      time.Duration
+	CPU                                                       time.Duration // the engine's whole run, from its rusage
+	RestCores                                                 float64       // the engine's CPU at rest, in cores
+	Failures                                                  int
 }
 
 // runFleetEngine runs spec in a child process and returns what it
@@ -455,11 +466,18 @@ func measureFleet(t *testing.T, spec *fleetEngineSpec) fleetFigures {
 			t.Error(err)
 		}
 	})
-	fig.Statuses, fig.StatusesCPU = timeCalls(spec.Calls, func(int) {
+	statuses := func(int) {
 		if got := len(srv.Statuses()); got != len(spec.Clusters) {
 			t.Errorf("Statuses: %d clusters, want %d", got, len(spec.Clusters))
 		}
-	})
+	}
+	// The first calls since the reading at rest gave the heap's free
+	// memory back to the system: each result's pages are faulted in
+	// afresh. The second series, after a collection, finds the memory of
+	// the first series' results in the heap, as calls now and then in a
+	// process that has run a while do.
+	fig.Statuses, fig.StatusesCPU = timeCalls(spec.Calls, statuses)
+	fig.StatusesAgain, fig.StatusesAgainCPU = timeCalls(spec.Calls, statuses)
 	var buf []server.ClusterStatus
 	fig.AppendStatuses, _ = timeCalls(spec.Calls, func(int) {
 		if buf = srv.AppendStatuses(buf[:0]); len(buf) != len(spec.Clusters) {
