@@ -143,7 +143,8 @@ func FuzzClusterProfileLabels(f *testing.F) {
 	f.Add(raw, status)
 	f.Add([]byte(`{"multicluster.x-k8s.io/inventory-member-id":"../../etc"}`), status)
 	// Status properties past the bounds: too long, not UTF-8, too many.
-	props := []map[string]string{{"name": "big", "value": strings.Repeat("x", 4097)}, {"name": "bad", "value": "\xff"}}
+	props := make([]map[string]string, 0, 202)
+	props = append(props, map[string]string{"name": "big", "value": strings.Repeat("x", 4097)}, map[string]string{"name": "bad", "value": "\xff"})
 	for i := range 200 {
 		props = append(props, map[string]string{"name": fmt.Sprintf("p%03d", i), "value": "v"})
 	}

@@ -54,11 +54,13 @@ func Check(data []byte, maxNodes int) error {
 		return nil
 	}
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil // the decoder that follows says what is wrong
+	if yaml.Unmarshal(data, &doc) != nil {
+		// Another decoder may read what this one does not, aliases and
+		// all: uncounted, they are refused. (The message says nothing of
+		// the parse error, which may quote the document.)
+		return fmt.Errorf("%w: anchors and aliases in a document that does not parse as YAML, left uncounted", ErrTooManyNodes)
 	}
-	size := expandedSize(&doc, maxNodes)
-	if size > maxNodes {
+	if expandedSize(&doc, maxNodes) > maxNodes {
 		return fmt.Errorf("%w: its aliases expand to more than the %d allowed", ErrTooManyNodes, maxNodes)
 	}
 	return nil
