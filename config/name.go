@@ -28,7 +28,9 @@ var ErrInvalidName = errors.New("invalid cluster name")
 //   - made of printable characters only (letters, marks, digits,
 //     punctuation, symbols and the ASCII space): no control characters
 //     (newlines, escapes, NUL), no invisible format characters (bidi
-//     overrides, zero-width joiners) and no other spaces or separators;
+//     overrides, zero-width joiners), no other spaces or separators, and
+//     none that print as nothing (Hangul fillers, the combining grapheme
+//     joiner, variation selectors, the braille blank);
 //   - without a leading or trailing space.
 //
 // Anything else a kubeconfig context or an inventory may call a cluster
@@ -47,11 +49,23 @@ func ValidateName(name string) error {
 		return fmt.Errorf("%w %s: leading or trailing space", ErrInvalidName, QuoteName(name))
 	}
 	for i, r := range name {
-		if !unicode.IsPrint(r) {
+		switch {
+		case !unicode.IsPrint(r):
 			return fmt.Errorf("%w %s: character %U at byte %d is not printable", ErrInvalidName, QuoteName(name), r, i)
+		case blankPrintable(r):
+			return fmt.Errorf("%w %s: character %U at byte %d is printable but shows nothing", ErrInvalidName, QuoteName(name), r, i)
 		}
 	}
 	return nil
+}
+
+// blankPrintable tells the characters unicode.IsPrint accepts that show
+// nothing, so that "prod" and "prod" followed by one of them would look
+// alike: those Unicode says to ignore when not supported (Hangul fillers,
+// the combining grapheme joiner, Khmer inherent vowels), variation
+// selectors, and the braille pattern blank.
+func blankPrintable(r rune) bool {
+	return unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r) || unicode.Is(unicode.Variation_Selector, r) || r == '\u2800'
 }
 
 // quotedNameRunes bounds how much of a name QuoteName shows.

@@ -43,6 +43,15 @@ func TestValidateNameRefuses(t *testing.T) {
 		"zero\u200bwidth", // zero-width space
 		"line\u2028sep",
 		"nbsp\u00a0x",
+		// Printable, and showing nothing: "prod" and these look alike.
+		"prod\u3164",     // Hangul filler
+		"prod\uffa0",     // halfwidth Hangul filler
+		"prod\u115f",     // Hangul choseong filler
+		"prod\u034f",     // combining grapheme joiner
+		"prod\u2800",     // braille pattern blank
+		"prod\ufe0f",     // variation selector
+		"prod\U000e0100", // variation selector supplement
+		"prod\u17b4",     // Khmer inherent vowel
 		" leading",
 		"trailing ",
 		"\x7f",
