@@ -20,34 +20,53 @@ import (
 	yaml "go.yaml.in/yaml/v3"
 )
 
-// ErrTooManyNodes is Check's refusal.
-var ErrTooManyNodes = errors.New("too many YAML nodes")
+var (
+	// ErrTooManyNodes is Check's refusal of a document that could hold
+	// too many nodes.
+	ErrTooManyNodes = errors.New("too many YAML nodes")
+	// ErrNotUTF8 is Check's refusal of a document in another encoding.
+	ErrNotUTF8 = errors.New("not UTF-8")
+)
 
 // Check refuses data that could decode to more than maxNodes nodes, its
-// aliases expanded. The error names the bound, never the content.
+// aliases expanded, or that is not UTF-8 (a BOM of UTF-16 or UTF-32, a NUL
+// byte: YAML decoders read UTF-16 too, and its bytes would not be counted
+// as below). The error names the bound, never the content.
 //
-// Every node but a document's first is introduced by a newline, one of
+// Every node but a document's first is introduced by a line break, one of
 // the bytes ',', '[', '{' or ':', or a '-' or '?' followed by a blank (a
 // line, a flow entry or collection, a value, a block sequence entry or an
-// explicit key), so their count bounds the nodes; a flow mapping entry with no value ("{a}") makes two
-// nodes of one such byte, hence the factor of two. Text that is not
-// structure (a certificate in base64, a token) has few of them.
+// explicit key), so their count bounds the nodes; a flow mapping entry
+// with no value ("{a}") makes two nodes of one such byte, hence the factor
+// of two. Line breaks are YAML's: "\n", "\r", NEL, and the line and
+// paragraph separators. Text that is not structure (a certificate in
+// base64, a token) has few of them. The bytes '<', '>', '&' and '\\' count
+// as an eighth of a node each: decoding turns each of the first three, and
+// what YAML escapes such as "\0" stand for, into six bytes of JSON
+// ("\u003c"), so a long scalar of them costs what nodes do.
 func Check(data []byte, maxNodes int) error {
-	indicators := 0
+	if bytes.HasPrefix(data, []byte{0xfe, 0xff}) || bytes.HasPrefix(data, []byte{0xff, 0xfe}) || bytes.IndexByte(data, 0) >= 0 {
+		return fmt.Errorf("%w: not UTF-8 (a byte order mark of UTF-16 or UTF-32, or a NUL byte)", ErrNotUTF8)
+	}
+	indicators, escaped := 0, 0
 	for i, b := range data {
-		switch b {
-		case '\n', ',', '[', '{', ':':
+		switch {
+		case b == '\n' || b == '\r' || b == ',' || b == '[' || b == '{' || b == ':':
 			indicators++
-		case '-', '?':
+		case b == '-' || b == '?':
 			// An entry or key only when blank follows ("- a", "? a");
 			// within a scalar ("a-b", a token) it is text.
-			if i+1 == len(data) || blank(data[i+1]) {
+			if i+1 == len(data) || blank(data[i+1:]) {
 				indicators++
 			}
+		case b == '<' || b == '>' || b == '&' || b == '\\':
+			escaped++
+		case b >= 0x80 && unicodeBreak(data[i:]) > 0:
+			indicators++
 		}
 	}
-	if 2*indicators+1 > maxNodes {
-		return fmt.Errorf("%w: up to %d (%d lines, entries and keys), more than the %d allowed", ErrTooManyNodes, 2*indicators+1, indicators, maxNodes)
+	if nodes := 2*indicators + escaped/8 + 1; nodes > maxNodes {
+		return fmt.Errorf("%w: up to %d (%d line breaks, entries and keys, %d bytes JSON escapes), more than the %d allowed", ErrTooManyNodes, nodes, indicators, escaped, maxNodes)
 	}
 	// An alias needs an anchor ('&') to name and a '*' to refer to it.
 	if bytes.IndexByte(data, '&') < 0 || bytes.IndexByte(data, '*') < 0 {
@@ -66,7 +85,26 @@ func Check(data []byte, maxNodes int) error {
 	return nil
 }
 
-func blank(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' }
+// blank tells whether data begins with a space, a tab or a line break.
+func blank(data []byte) bool {
+	switch data[0] {
+	case ' ', '\t', '\n', '\r':
+		return true
+	}
+	return unicodeBreak(data) > 0
+}
+
+// unicodeBreak is the length of the line break beyond ASCII that data
+// begins with (NEL, LINE SEPARATOR, PARAGRAPH SEPARATOR), 0 if none.
+func unicodeBreak(data []byte) int {
+	switch {
+	case len(data) >= 2 && data[0] == 0xc2 && data[1] == 0x85:
+		return 2
+	case len(data) >= 3 && data[0] == 0xe2 && data[1] == 0x80 && (data[2] == 0xa8 || data[2] == 0xa9):
+		return 3
+	}
+	return 0
+}
 
 // expandedSize counts the nodes under n with every alias expanded, up to
 // more than limit (it stops counting there). An alias to a node that holds

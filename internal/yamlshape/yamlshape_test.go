@@ -28,7 +28,27 @@ func TestCheck(t *testing.T) {
 			"c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n" +
 			"d: [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\n",
 		"alias within its anchor": "a: &a [*a]\n",
-		"aliases, not YAML":       "a: &a [0]\nb: [*a, *a\n",
+		// YAML's other line breaks, after a block entry's dash.
+		"entries broken by NEL": "clusters:\u0085" + strings.Repeat("-\u0085", bound),
+		"entries broken by LS":  "clusters:\u2028" + strings.Repeat("-\u2028", bound),
+		"entries broken by PS":  "clusters:\u2029" + strings.Repeat("-\u2029", bound),
+		"entries broken by CR":  "clusters:\r" + strings.Repeat("-\r", bound),
+		// Bytes JSON turns into six each.
+		"escaped scalar":    "x: \"" + strings.Repeat("<>&", 8*bound/3) + "\"",
+		"escapes":           "x: \"" + strings.Repeat("\\0", 8*bound) + "\"",
+		"aliases, not YAML": "a: &a [0]\nb: [*a, *a\n",
+	}
+	for name, doc := range map[string][]byte{
+		"UTF-16LE": append([]byte{0xff, 0xfe}, []byte("c\x00:\x00 \x00[\x000\x00]\x00")...),
+		"UTF-16BE": append([]byte{0xfe, 0xff}, []byte("\x00c\x00:\x00 \x00[\x000\x00]")...),
+		"UTF-32":   append([]byte{0, 0, 0xfe, 0xff}, []byte("\x00\x00\x00c")...),
+		"NUL":      []byte("clusters: [0]\x00"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := Check(doc, bound); !errors.Is(err, ErrNotUTF8) {
+				t.Fatalf("Check = %v, want ErrNotUTF8", err)
+			}
+		})
 	}
 	for name, doc := range refused {
 		t.Run(name, func(t *testing.T) {
@@ -75,7 +95,7 @@ current-context: a
 // The bound holds for what a decoder builds: a document Check accepts has
 // at most the bound's nodes, its aliases expanded.
 func FuzzCheck(f *testing.F) {
-	for _, s := range []string{"a: [0,0]", "a: &a [0]\nb: [*a,*a]", "- - 0", "{a, b: c}", "? a\n: b", "a: &a [*a]"} {
+	for _, s := range []string{"a: [0,0]", "a: &a [0]\nb: [*a,*a]", "- - 0", "{a, b: c}", "? a\n: b", "a: &a [*a]", "a:\u0085-\u0085-\u0085-", "a:\u2028-\u2029-\r-"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, doc string) {
