@@ -208,7 +208,7 @@
 // cluster, so they answer for the fleet: Scheme is the scheme from the
 // Options given to NewServer, which every member shares; RESTMapper and
 // IsObjectNamespaced use the host cluster's REST mapper, and for a kind the
-// host does not serve, the first Ready member's (in name order) that does:
+// host does not serve, the first Ready member's (in name order, none marked unreachable) that does:
 // a kind installed in the members alone maps as they map it, so wrappers
 // such as client.NewNamespacedClient work for it too. For one member's own
 // view of a kind, ask that member's client (Client.For).

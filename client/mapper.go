@@ -12,9 +12,11 @@ import (
 // is thus mapped as a member maps it, for callers that ask with no
 // cluster to name: client.NewNamespacedClient, apiutil.IsObjectNamespaced
 // and the like. Only a no-match goes on to the members; any other answer
-// or error is the first mapper's. A kind that no mapper knows asks every
-// Ready member's mapper once per call (a member's own mapper asks its API
-// server's discovery again at most every few seconds).
+// or error is the first mapper's. Members not Ready, or marked
+// unreachable, are not asked. A kind that no mapper knows asks every
+// Ready member's mapper once per call, and a member's mapper may ask its
+// API server's discovery for it (mccr's members do so at most every few
+// seconds for a group they did not know).
 type fleetMapper struct {
 	first meta.RESTMapper
 	fleet Fleet
@@ -31,8 +33,8 @@ func mapWith[T any](m fleetMapper, ask func(meta.RESTMapper) (T, error)) (T, err
 		return v, err
 	}
 	for _, member := range m.fleet.Members() {
-		if member.Client == nil {
-			continue
+		if member.Client == nil || member.Err != nil {
+			continue // not Ready, or unreachable: its discovery could hang
 		}
 		mapper := member.Client.RESTMapper()
 		if mapper == nil {
