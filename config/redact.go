@@ -2,10 +2,13 @@ package config
 
 import (
 	"bytes"
+	"fmt"
 	"net/url"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 
+	"k8s.io/client-go/rest"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
@@ -19,8 +22,13 @@ var (
 	urlUserinfo = regexp.MustCompile(`(?i)((?:\b[a-z][a-z0-9+.\-]*)?://)[^/?#\s@"'<>]+@`)
 	// Authorization header values: "Bearer abc", "Basic abc".
 	authScheme = regexp.MustCompile(`(?i)\b(bearer|basic)(\s+)[A-Za-z0-9\-._~+/=]+`)
-	// key: value and key=value pairs whose value is a credential.
-	secretPair = regexp.MustCompile(`(?i)\b(token|password|passwd|secret|client-key-data|client-certificate-data|access_token|id-token|refresh-token)(["']?\s*[:=]\s*["']?)[^\s"',;&}\]]+`)
+	// key: value and key=value pairs whose value is a credential, the key
+	// also as the end of a longer name ("bearerToken": "…", api_key=…).
+	secretPair = regexp.MustCompile(`(?i)\b([a-z0-9_-]*(?:token|password|passwd|secret|api_key|apikey|client-key-data|client-certificate-data))(["']?\s*[:=]\s*["']?)[^\s"',;&}\]]+`)
+	// A long opaque word after the name of a credential, as servers and
+	// proxies echo them: "invalid token 7Hq2vX9kLm…". A short word ("token
+	// expired") is prose.
+	secretWord = regexp.MustCompile(`(?i)\b((?:token|password|secret|credential|api key)s?)(\s+)[A-Za-z0-9\-._~+/=]{16,}`)
 	// PEM private keys.
 	pemKey = regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z ]*PRIVATE KEY-----|$)`)
 )
@@ -38,6 +46,7 @@ func Redact(s string) string {
 	s = urlUserinfo.ReplaceAllString(s, "${1}"+redacted+"@")
 	s = authScheme.ReplaceAllString(s, "${1}${2}"+redacted)
 	s = secretPair.ReplaceAllString(s, "${1}${2}"+redacted)
+	s = secretWord.ReplaceAllString(s, "${1}${2}"+redacted)
 	s = pemKey.ReplaceAllString(s, "[PRIVATE KEY "+redacted+"]")
 	return s
 }
@@ -86,6 +95,55 @@ func RedactError(err error) error {
 		return &redactedError{msg: clean, err: err}
 	}
 	return err
+}
+
+// MaxErrorMessage is how much of an error's message RedactErrorFor keeps:
+// an API server's answer may be megabytes, and the message is kept in
+// Status, shown on pages and logged.
+const MaxErrorMessage = 4096
+
+// minEchoedSecret is the shortest credential RedactErrorFor looks for by
+// value: shorter ones would match ordinary words.
+const minEchoedSecret = 8
+
+// RedactErrorFor is RedactError for an error about a cluster reached with
+// cfg: besides secrets of the shapes Redact knows, the values of cfg's own
+// credentials (bearer token, password, client key, exec plugin
+// environment) are replaced wherever they appear, since an API server or
+// a proxy may echo the credential a request carried in any shape; and a
+// message longer than MaxErrorMessage is cut there. errors.Is and
+// errors.As still see what err wraps.
+func RedactErrorFor(err error, cfg *rest.Config) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	clean := msg
+	if cfg != nil {
+		secrets := []string{cfg.BearerToken, cfg.Password, string(cfg.KeyData)}
+		if cfg.ExecProvider != nil {
+			for _, e := range cfg.ExecProvider.Env {
+				secrets = append(secrets, e.Value)
+			}
+		}
+		for _, v := range secrets {
+			if len(v) >= minEchoedSecret {
+				clean = strings.ReplaceAll(clean, v, redacted)
+			}
+		}
+	}
+	clean = Redact(clean)
+	if len(clean) > MaxErrorMessage {
+		cut := MaxErrorMessage
+		for cut > 0 && !utf8.RuneStart(clean[cut]) {
+			cut--
+		}
+		clean = fmt.Sprintf("%s… (%d bytes more)", clean[:cut], len(clean)-cut)
+	}
+	if clean == msg {
+		return err
+	}
+	return &redactedError{msg: clean, err: err}
 }
 
 type redactedError struct {

@@ -483,7 +483,7 @@ func (c *cluster) setPhaseLocked(g *generation, p Phase, err error) {
 		c.status.Phase, c.status.Since = p, time.Now()
 	}
 	if err != nil {
-		c.status.LastError = config.RedactError(err)
+		c.status.LastError = c.redactLocked(g, err)
 	}
 	c.series.phase(p)
 	c.publishLocked() // the event below finds it in Status
@@ -589,8 +589,21 @@ func (c *cluster) recordError(g *generation, err error) {
 	c.mu.Lock()
 	defer c.publishUnlock()
 	if g == c.gen {
-		c.status.LastError = config.RedactError(err)
+		c.status.LastError = c.redactLocked(g, err)
 	}
+}
+
+// redactLocked redacts an error of the member before Status keeps it: as
+// its generation g redacts (generation.redact), or, with none, against the
+// desired config's credentials.
+func (c *cluster) redactLocked(g *generation, err error) error {
+	switch {
+	case g != nil:
+		return g.redact(err)
+	case c.desired != nil:
+		return config.RedactErrorFor(err, c.desired.Config)
+	}
+	return config.RedactErrorFor(err, nil)
 }
 
 // manager returns the live generation's Manager while it is Ready (or

@@ -27,8 +27,13 @@ const (
 // the phase sort follow it.
 var phaseOrder = []Phase{PhasePending, PhaseQueued, PhaseStarting, PhaseSyncing, PhaseReady, PhaseUnreachable, PhaseFailed, PhaseStopping, PhaseStopped, PhaseElsewhere}
 
+// maxFleetRenders bounds the views of the page rendered at once: each
+// holds the whole page until it is written (megabytes at 10,000 members,
+// some 60 MB allocated to render), and views beyond it wait their turn.
+const maxFleetRenders = 2
+
 func (s *Server) mountFleetPage() error {
-	h := &fleetPage{s: s}
+	h := newFleetPage(s)
 	if err := s.host.AddMetricsServerExtraHandler(fleetPagePath, http.HandlerFunc(h.serveHTML)); err != nil {
 		return err
 	}
@@ -41,9 +46,14 @@ func (s *Server) mountFleetPage() error {
 // that rates are measured against, and a reading of the queue depths that
 // views share for a few seconds.
 type fleetPage struct {
-	s      *Server
-	rates  rateBase
-	depths queueDepths
+	s       *Server
+	rates   rateBase
+	depths  queueDepths
+	renders chan struct{} // a slot per view being rendered
+}
+
+func newFleetPage(s *Server) *fleetPage {
+	return &fleetPage{s: s, renders: make(chan struct{}, maxFleetRenders)}
 }
 
 func (h *fleetPage) serveHTML(w http.ResponseWriter, r *http.Request) {
@@ -59,6 +69,12 @@ func (h *fleetPage) serve(w http.ResponseWriter, r *http.Request, contentType st
 		w.Header().Set("Allow", "GET, HEAD")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
+	}
+	select {
+	case h.renders <- struct{}{}:
+		defer func() { <-h.renders }()
+	case <-r.Context().Done():
+		return // the viewer left while waiting
 	}
 	q := r.URL.Query()
 	p := h.page(time.Now(), q.Get("phase"), q.Get("sort"))

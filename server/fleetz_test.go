@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -83,7 +84,7 @@ func TestFleetPageReadsTheClusterRecords(t *testing.T) {
 	stranger.init()
 	stranger.reconciled("gadgets", "success", time.Millisecond)
 	t.Cleanup(stranger.forget)
-	h := &fleetPage{s: srv}
+	h := newFleetPage(srv)
 
 	res, body := get(t, h.serveJSON, "/fleetz.json")
 	if ct := res.Get("Content-Type"); ct != "application/json" {
@@ -247,7 +248,7 @@ func BenchmarkFleetPage(b *testing.B) {
 			srv.clusters.get(fmt.Sprintf("cluster-%05d", i)).series.forget()
 		}
 	})
-	h := &fleetPage{s: srv}
+	h := newFleetPage(srv)
 	for _, path := range []string{"/fleetz", "/fleetz.json"} {
 		serve := h.serveHTML
 		if strings.HasSuffix(path, ".json") {
@@ -303,5 +304,37 @@ func TestQueueDepthsReadFromTheirVector(t *testing.T) {
 	}
 	if got := readQueueDepths(); !maps.Equal(got, gathered) {
 		t.Errorf("depths read %v, gathered %v", got, gathered)
+	}
+}
+
+// At most maxFleetRenders views are rendered at once: another waits for a
+// slot, and gives up without rendering when its viewer leaves meanwhile.
+func TestFleetPageRendersAFewViewsAtOnce(t *testing.T) {
+	srv := unstartedServer(t)
+	addNamed(t, srv, "one", "/fleet/one.kubeconfig")
+	h := newFleetPage(srv)
+	for range maxFleetRenders {
+		h.renders <- struct{}{} // views being rendered
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	rec := httptest.NewRecorder()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.serveJSON(rec, httptest.NewRequest(http.MethodGet, "/fleetz.json", nil).WithContext(ctx))
+	}()
+	select {
+	case <-done:
+		t.Fatal("a view was rendered while every slot was taken")
+	case <-time.After(200 * time.Millisecond):
+	}
+	cancel()
+	<-done
+	if rec.Body.Len() != 0 {
+		t.Errorf("a view whose viewer left while waiting wrote %d bytes", rec.Body.Len())
+	}
+	<-h.renders // one view is done
+	if _, body := get(t, h.serveJSON, "/fleetz.json"); !strings.Contains(body, `"one"`) {
+		t.Errorf("the next view: %.200s", body)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -53,6 +54,18 @@ type generation struct {
 
 func newGeneration(c *cluster, nc *config.NamedConfig) *generation {
 	return &generation{c: c, cfg: nc, log: c.log, done: make(chan struct{}), creds: credential.New(nc.Config)}
+}
+
+// redact is config.RedactErrorFor for an error of this generation's
+// member: besides secrets of known shapes, the credentials it started with
+// and those it holds now are taken out wherever they appear (an API server
+// or a proxy may echo them), and a long message is cut.
+func (g *generation) redact(err error) error {
+	err = config.RedactErrorFor(err, g.cfg.Config)
+	if g.creds != nil {
+		err = config.RedactErrorFor(err, g.creds.Config(&rest.Config{}))
+	}
+	return err
 }
 
 // begin derives the generation's context; called once, before run.
@@ -136,7 +149,7 @@ func (g *generation) run() {
 		if g.ctx.Err() != nil {
 			return
 		}
-		err = config.RedactError(err)
+		err = g.redact(err)
 		if errors.Is(err, errReconnected) {
 			continue
 		}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/internal/reach"
 )
 
@@ -59,7 +58,7 @@ func (o reachObserver) Probed(r reach.Result) { o.g.c.probed(o.g, r) }
 // Unreachable: the member serves from its caches meanwhile (fleet-wide
 // Lists report it as failed), and restarts once its API server answers.
 func (o reachObserver) Unreachable(err error) {
-	err = config.RedactError(err)
+	err = o.g.redact(err)
 	o.g.c.unreachable(o.g, err)
 	o.g.log.Error(err, "cluster unreachable; serving from cache until it answers")
 }
@@ -83,7 +82,7 @@ func (o reachObserver) Rejected(err error) { o.end.stop(err) }
 // Refused credentials are recorded; the member runs on while they may be
 // renewed (reach.Options.RefreshGrace).
 func (o reachObserver) Refused(err error) {
-	err = config.RedactError(err)
+	err = o.g.redact(err)
 	o.g.c.recordError(o.g, err)
 	o.g.log.Error(err, "cluster's credentials refused; waiting for new ones before failing it", "within", refreshGrace(o.g.c.env.opts))
 }
