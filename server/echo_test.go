@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -99,8 +100,7 @@ func TestMemberErrorsCarryNoEchoedCredential(t *testing.T) {
 		t.Fatal(err)
 	}
 	page, err := io.ReadAll(res.Body)
-	res.Body.Close()
-	if err != nil {
+	if err := errors.Join(err, res.Body.Close()); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
