@@ -27,9 +27,10 @@ const (
 // the phase sort follow it.
 var phaseOrder = []Phase{PhasePending, PhaseQueued, PhaseStarting, PhaseSyncing, PhaseReady, PhaseUnreachable, PhaseFailed, PhaseStopping, PhaseStopped, PhaseElsewhere}
 
-// maxFleetRenders bounds the views of the page rendered at once: each
-// holds the whole page until it is written (megabytes at 10,000 members,
-// some 60 MB allocated to render), and views beyond it wait their turn.
+// maxFleetRenders bounds the views of the page rendered at once (some 60
+// MB allocated to render one at 10,000 members); views beyond it wait
+// their turn. A slot is let go once the page is rendered, before it is
+// written.
 const maxFleetRenders = 2
 
 func (s *Server) mountFleetPage() error {
@@ -70,16 +71,11 @@ func (h *fleetPage) serve(w http.ResponseWriter, r *http.Request, contentType st
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	select {
-	case h.renders <- struct{}{}:
-		defer func() { <-h.renders }()
-	case <-r.Context().Done():
-		return // the viewer left while waiting
-	}
-	q := r.URL.Query()
-	p := h.page(time.Now(), q.Get("phase"), q.Get("sort"))
-	var buf bytes.Buffer
-	if err := write(&buf, p); err != nil {
+	buf, err := h.render(r, write)
+	switch {
+	case r.Context().Err() != nil:
+		return // the viewer left while waiting for a slot
+	case err != nil:
 		http.Error(w, "rendering the fleet page: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
@@ -93,7 +89,29 @@ func (h *fleetPage) serve(w http.ResponseWriter, r *http.Request, contentType st
 	if r.Method == http.MethodHead {
 		return
 	}
+	// A viewer that does not read holds its page, not a slot, and not for
+	// long: the metrics server sets no write timeout of its own.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(fleetWriteTimeout))
 	_, _ = w.Write(buf.Bytes())
+}
+
+// fleetWriteTimeout bounds how long a view's page may take to write.
+const fleetWriteTimeout = 30 * time.Second
+
+// render renders one view in one of the render slots, and lets go of the
+// slot before the page is written. It renders nothing when the viewer
+// leaves while it waits for a slot.
+func (h *fleetPage) render(r *http.Request, write func(io.Writer, *fleetz.Page) error) (*bytes.Buffer, error) {
+	select {
+	case h.renders <- struct{}{}:
+		defer func() { <-h.renders }()
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
+	q := r.URL.Query()
+	var buf bytes.Buffer
+	err := write(&buf, h.page(time.Now(), q.Get("phase"), q.Get("sort")))
+	return &buf, err
 }
 
 // page gathers one view of the fleet at now.

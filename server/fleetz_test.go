@@ -338,3 +338,52 @@ func TestFleetPageRendersAFewViewsAtOnce(t *testing.T) {
 		t.Errorf("the next view: %.200s", body)
 	}
 }
+
+// blockedWriter is a viewer that reads nothing: Write waits for release.
+type blockedWriter struct {
+	header  http.Header
+	writing chan struct{}
+	release chan struct{}
+}
+
+func (w *blockedWriter) Header() http.Header { return w.header }
+func (w *blockedWriter) WriteHeader(int)     {}
+func (w *blockedWriter) Write(b []byte) (int, error) {
+	close(w.writing)
+	<-w.release
+	return len(b), nil
+}
+
+// A viewer that does not read its page holds no render slot: every slot
+// is let go once its page is rendered, and other views go on.
+func TestFleetPageSlowViewersHoldNoSlot(t *testing.T) {
+	srv := unstartedServer(t)
+	addNamed(t, srv, "one", "/fleet/one.kubeconfig")
+	h := newFleetPage(srv)
+	var slow []*blockedWriter
+	for range maxFleetRenders {
+		w := &blockedWriter{header: http.Header{}, writing: make(chan struct{}), release: make(chan struct{})}
+		slow = append(slow, w)
+		go h.serveJSON(w, httptest.NewRequest(http.MethodGet, "/fleetz.json", nil))
+		<-w.writing
+	}
+	defer func() {
+		for _, w := range slow {
+			close(w.release)
+		}
+	}()
+	done := make(chan string)
+	go func() {
+		rec := httptest.NewRecorder()
+		h.serveJSON(rec, httptest.NewRequest(http.MethodGet, "/fleetz.json", nil))
+		done <- rec.Body.String()
+	}()
+	select {
+	case body := <-done:
+		if !strings.Contains(body, `"one"`) {
+			t.Errorf("the view: %.200s", body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a view waited 10 s while %d viewers did not read theirs", len(slow))
+	}
+}

@@ -34,16 +34,17 @@ var (
 // as below). The error names the bound, never the content.
 //
 // Every node but a document's first is introduced by a line break, one of
-// the bytes ',', '[', '{' or ':', or a '-' or '?' followed by a blank (a
-// line, a flow entry or collection, a value, a block sequence entry or an
-// explicit key), so their count bounds the nodes; a flow mapping entry
+// the bytes ',', '[', '{', ':' or '?', or a '-' followed by a blank (a
+// line, a flow entry or collection, a value, an explicit key or a block
+// sequence entry), so their count bounds the nodes; a flow mapping entry
 // with no value ("{a}") makes two nodes of one such byte, hence the factor
 // of two. Line breaks are YAML's: "\n", "\r", NEL, and the line and
 // paragraph separators. Text that is not structure (a certificate in
-// base64, a token) has few of them. The bytes '<', '>', '&' and '\\' count
-// as an eighth of a node each: decoding turns each of the first three, and
-// what YAML escapes such as "\0" stand for, into six bytes of JSON
-// ("\u003c"), so a long scalar of them costs what nodes do.
+// base64, a token) has few of them. The bytes '<', '>', '&', '\\', '"' and
+// tab count as an eighth of a node each: decoding turns each of the first
+// three, and what YAML escapes such as "\0" stand for, into six bytes of
+// JSON ("\u003c"), and the last two into two, so a long scalar of them
+// costs what nodes do.
 func Check(data []byte, maxNodes int) error {
 	if bytes.HasPrefix(data, []byte{0xfe, 0xff}) || bytes.HasPrefix(data, []byte{0xff, 0xfe}) || bytes.IndexByte(data, 0) >= 0 {
 		return fmt.Errorf("%w: not UTF-8 (a byte order mark of UTF-16 or UTF-32, or a NUL byte)", ErrNotUTF8)
@@ -53,13 +54,17 @@ func Check(data []byte, maxNodes int) error {
 		switch {
 		case b == '\n' || b == '\r' || b == ',' || b == '[' || b == '{' || b == ':':
 			indicators++
-		case b == '-' || b == '?':
-			// An entry or key only when blank follows ("- a", "? a");
-			// within a scalar ("a-b", a token) it is text.
+		case b == '?':
+			// An explicit key; within a flow collection it needs no blank
+			// after it ("[?a,?b]": a map, its key and null for each).
+			indicators++
+		case b == '-':
+			// An entry only when blank follows ("- a"); within a scalar
+			// ("a-b", a token) it is text.
 			if i+1 == len(data) || blank(data[i+1:]) {
 				indicators++
 			}
-		case b == '<' || b == '>' || b == '&' || b == '\\':
+		case b == '<' || b == '>' || b == '&' || b == '\\' || b == '"' || b == '\t':
 			escaped++
 		case b >= 0x80 && unicodeBreak(data[i:]) > 0:
 			indicators++

@@ -34,8 +34,12 @@ func TestCheck(t *testing.T) {
 		"entries broken by PS":  "clusters:\u2029" + strings.Repeat("-\u2029", bound),
 		"entries broken by CR":  "clusters:\r" + strings.Repeat("-\r", bound),
 		// Bytes JSON turns into six each.
-		"escaped scalar":    "x: \"" + strings.Repeat("<>&", 8*bound/3) + "\"",
-		"escapes":           "x: \"" + strings.Repeat("\\0", 8*bound) + "\"",
+		"escaped scalar": "x: \"" + strings.Repeat("<>&", 8*bound/3) + "\"",
+		"escapes":        "x: \"" + strings.Repeat("\\0", 8*bound) + "\"",
+		"tabs":           "x: '" + strings.Repeat("\t", 8*bound) + "'",
+		"quotes":         "x: '" + strings.Repeat("\"", 8*bound) + "'",
+		// In a flow collection '?' is a key with no blank after it.
+		"flow keys":         "[" + strings.Repeat("?a,", bound/2) + "?a]",
 		"aliases, not YAML": "a: &a [0]\nb: [*a, *a\n",
 	}
 	for name, doc := range map[string][]byte{
@@ -95,7 +99,7 @@ current-context: a
 // The bound holds for what a decoder builds: a document Check accepts has
 // at most the bound's nodes, its aliases expanded.
 func FuzzCheck(f *testing.F) {
-	for _, s := range []string{"a: [0,0]", "a: &a [0]\nb: [*a,*a]", "- - 0", "{a, b: c}", "? a\n: b", "a: &a [*a]", "a:\u0085-\u0085-\u0085-", "a:\u2028-\u2029-\r-"} {
+	for _, s := range []string{"a: [0,0]", "a: &a [0]\nb: [*a,*a]", "- - 0", "{a, b: c}", "? a\n: b", "a: &a [*a]", "a:\u0085-\u0085-\u0085-", "a:\u2028-\u2029-\r-", "[?a,?a,?a]"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, doc string) {
