@@ -2,12 +2,15 @@ package config
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -22,13 +25,14 @@ var (
 	urlUserinfo = regexp.MustCompile(`(?i)((?:\b[a-z][a-z0-9+.\-]*)?://)[^/?#\s@"'<>]+@`)
 	// Authorization header values: "Bearer abc", "Basic abc".
 	authScheme = regexp.MustCompile(`(?i)\b(bearer|basic)(\s+)[A-Za-z0-9\-._~+/=]+`)
-	// key: value and key=value pairs whose value is a credential, the key
-	// also as the end of a longer name ("bearerToken": "…", api_key=…).
-	secretPair = regexp.MustCompile(`(?i)\b([a-z0-9_-]*(?:token|password|passwd|secret|api_key|apikey|client-key-data|client-certificate-data))(["']?\s*[:=]\s*["']?)[^\s"',;&}\]]+`)
+	// key: value and key=value pairs whose value is a credential
+	// ("bearerToken": "…", X-Auth-Token: …, api_key=…).
+	secretPair = regexp.MustCompile(`(?i)\b(token|password|passwd|secret|client-key-data|client-certificate-data|access_token|id-token|refresh-token|bearer[_-]?token|auth[_-]?token|api[_-]?key|client[_-]?secret|private[_-]?key)(["']?\s*[:=]\s*["']?)[^\s"',;&}\]]+`)
 	// A long opaque word after the name of a credential, as servers and
 	// proxies echo them: "invalid token 7Hq2vX9kLm…". A short word ("token
-	// expired") is prose.
-	secretWord = regexp.MustCompile(`(?i)\b((?:token|password|secret|credential|api key)s?)(\s+)[A-Za-z0-9\-._~+/=]{16,}`)
+	// expired") is prose; so is what follows "secret", most often a
+	// Secret's name.
+	secretWord = regexp.MustCompile(`(?i)\b((?:token|password|credential|api key)s?)(\s+["']?)[A-Za-z0-9\-._~+/=]{16,}`)
 	// PEM private keys.
 	pemKey = regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z ]*PRIVATE KEY-----|$)`)
 )
@@ -102,48 +106,129 @@ func RedactError(err error) error {
 // Status, shown on pages and logged.
 const MaxErrorMessage = 4096
 
-// minEchoedSecret is the shortest credential RedactErrorFor looks for by
-// value: shorter ones would match ordinary words.
-const minEchoedSecret = 8
+// Shortest credentials RedactErrorWith looks for by value: shorter ones
+// would match ordinary words. An exec plugin's environment holds settings
+// as well as secrets ("eu-west-1"), so only long values count.
+const (
+	minEchoedSecret  = 4
+	minEchoedSetting = 16
+)
 
-// RedactErrorFor is RedactError for an error about a cluster reached with
-// cfg: besides secrets of the shapes Redact knows, the values of cfg's own
-// credentials (bearer token, password, client key, exec plugin
-// environment) are replaced wherever they appear, since an API server or
-// a proxy may echo the credential a request carried in any shape; and a
-// message longer than MaxErrorMessage is cut there. errors.Is and
-// errors.As still see what err wraps.
+// RedactErrorFor is RedactErrorWith for an error about a cluster reached
+// with cfg, given cfg's own credentials: its bearer token, password, client
+// key, and its exec plugin's environment values of 16 bytes or more.
 func RedactErrorFor(err error, cfg *rest.Config) error {
+	return RedactErrorWith(err, Credentials(cfg)...)
+}
+
+// Credentials returns the credentials cfg holds, for RedactErrorWith.
+func Credentials(cfg *rest.Config) []string {
+	if cfg == nil {
+		return nil
+	}
+	out := []string{cfg.BearerToken, cfg.Password, string(cfg.KeyData)}
+	if cfg.ExecProvider != nil {
+		for _, e := range cfg.ExecProvider.Env {
+			if len(e.Value) >= minEchoedSetting {
+				out = append(out, e.Value)
+			}
+		}
+	}
+	return out
+}
+
+// RedactErrorWith returns err fit to keep and print as a cluster's error:
+// every one of credentials (4 bytes or more) is replaced wherever it
+// appears, since an API server or a proxy may echo the credential a
+// request carried in any shape; then the secrets of the shapes Redact
+// knows; and the message is cut at MaxErrorMessage. The error it returns
+// holds the new message alone: errors.Is sees what err wraps, and
+// errors.As finds an API server's status (apierrors.APIStatus,
+// *apierrors.StatusError) with the new message in place of its own and no
+// causes; nothing else of err can be reached through it. Applied again to
+// its own result, it changes nothing.
+func RedactErrorWith(err error, credentials ...string) error {
 	if err == nil {
 		return nil
 	}
 	msg := err.Error()
-	clean := msg
-	if cfg != nil {
-		secrets := []string{cfg.BearerToken, cfg.Password, string(cfg.KeyData)}
-		if cfg.ExecProvider != nil {
-			for _, e := range cfg.ExecProvider.Env {
-				secrets = append(secrets, e.Value)
-			}
-		}
-		for _, v := range secrets {
-			if len(v) >= minEchoedSecret {
-				clean = strings.ReplaceAll(clean, v, redacted)
-			}
+	// Only what is kept needs the work: a few times what is kept, so
+	// that a credential across the cut is replaced whole.
+	clean := cutMessage(msg, 4*MaxErrorMessage, false)
+	credentials = slices.Clone(credentials)
+	slices.SortFunc(credentials, func(a, b string) int { return len(b) - len(a) }) // the longest first
+	for _, v := range credentials {
+		if len(v) >= minEchoedSecret {
+			clean = strings.ReplaceAll(clean, v, redacted)
 		}
 	}
 	clean = Redact(clean)
-	if len(clean) > MaxErrorMessage {
-		cut := MaxErrorMessage
-		for cut > 0 && !utf8.RuneStart(clean[cut]) {
-			cut--
-		}
-		clean = fmt.Sprintf("%s… (%d bytes more)", clean[:cut], len(clean)-cut)
+	// A message cut before is not cut again for its note.
+	if len(clean) > MaxErrorMessage+cutNoteRoom {
+		clean = cutMessage(clean, MaxErrorMessage, true)
+		clean += fmt.Sprintf(" (%d bytes more)", len(msg)-len(clean)+len("…"))
 	}
 	if clean == msg {
-		return err
+		if _, done := err.(*clusterError); done { //nolint:errorlint // its own result, not one it wraps
+			return err
+		}
 	}
-	return &redactedError{msg: clean, err: err}
+	return &clusterError{msg: clean, err: err}
+}
+
+// cutNoteRoom is what the note of a cut message may add to it.
+const cutNoteRoom = 64
+
+// cutMessage cuts s to at most n bytes on a character's start, marked "…"
+// when mark is set.
+func cutMessage(s string, n int, mark bool) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	if mark {
+		return s[:n] + "…"
+	}
+	return s[:n]
+}
+
+// clusterError is RedactErrorWith's error.
+type clusterError struct {
+	msg string
+	err error
+}
+
+func (e *clusterError) Error() string { return e.msg }
+
+// Is sees what the original error wraps (ErrSetupFailed, a context's
+// cancellation, …).
+func (e *clusterError) Is(target error) bool { return errors.Is(e.err, target) }
+
+// As finds an API server's status, its message the redacted one.
+func (e *clusterError) As(target any) bool {
+	var status apierrors.APIStatus
+	if !errors.As(e.err, &status) {
+		return false
+	}
+	st := status.Status()
+	st.Message = e.msg
+	if st.Details != nil {
+		d := *st.Details
+		d.Causes = nil
+		st.Details = &d
+	}
+	se := &apierrors.StatusError{ErrStatus: st}
+	switch t := target.(type) {
+	case *apierrors.APIStatus:
+		*t = se
+	case **apierrors.StatusError:
+		*t = se
+	default:
+		return false
+	}
+	return true
 }
 
 type redactedError struct {

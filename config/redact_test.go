@@ -2,9 +2,13 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/rest"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -21,12 +25,19 @@ func TestRedactEchoedShapes(t *testing.T) {
 		`invalid token ` + secret,
 		`password ` + secret + ` rejected`,
 		`bad credential ` + secret,
+		`invalid token "` + secret + `"`,
 	} {
 		if got := Redact(msg); strings.Contains(got, secret) {
 			t.Errorf("Redact(%q) = %q", msg, got)
 		}
 	}
-	for _, prose := range []string{"the token expired", "password required", "no credentials found for this cluster"} {
+	for _, prose := range []string{
+		"the token expired", "password required", "no credentials found for this cluster",
+		// Kubernetes' own messages about Secrets and service accounts.
+		"the server could not find the requested resource (get secrets my-secret-name-with-long-suffix)",
+		"failed to get secret kube-system/my-secret-name-with-long-suffix",
+		`spec.automountServiceAccountToken: Invalid value: "true"`,
+	} {
 		if got := Redact(prose); got != prose {
 			t.Errorf("Redact(%q) = %q, want it unchanged", prose, got)
 		}
@@ -34,25 +45,53 @@ func TestRedactEchoedShapes(t *testing.T) {
 }
 
 // RedactErrorFor takes out the config's own credentials whatever their
-// shape, cuts a long message, and keeps what the error wraps.
+// shape (the longest first, short ones too), cuts a long message once,
+// keeps errors.Is, and gives errors.As an API status with the new message
+// alone.
 func TestRedactErrorFor(t *testing.T) {
-	cfg := &rest.Config{BearerToken: "tok-12345678", Password: "pw-87654321", ExecProvider: &clientcmdapi.ExecConfig{Env: []clientcmdapi.ExecEnvVar{{Name: "K", Value: "env-secret-1"}}}}
+	cfg := &rest.Config{BearerToken: "ABCDEFGH", Password: "ABCDEFGH12345678", ExecProvider: &clientcmdapi.ExecConfig{Env: []clientcmdapi.ExecEnvVar{
+		{Name: "SECRET", Value: "env-secret-value-0123456789"}, {Name: "REGION", Value: "eu-west-1"},
+	}}}
 	cause := errors.New("cause")
-	err := RedactErrorFor(errors.Join(cause, errors.New("got tok-12345678, pw-87654321 and env-secret-1; "+strings.Repeat("x", 2*MaxErrorMessage))), cfg)
+	long := "got ABCDEFGH12345678, ABCDEFGH, pw hunter2 and env-secret-value-0123456789 in eu-west-1; " + strings.Repeat("x", 1<<20)
+	err := RedactErrorFor(errors.Join(cause, errors.New(long)), cfg)
 	msg := err.Error()
-	for _, s := range []string{"tok-12345678", "pw-87654321", "env-secret-1"} {
+	for _, s := range []string{"ABCDEFGH", "12345678", "env-secret-value"} {
 		if strings.Contains(msg, s) {
 			t.Errorf("message keeps %q: %.200s", s, msg)
 		}
 	}
-	if len(msg) > MaxErrorMessage+32 || !strings.Contains(msg, "bytes more)") {
-		t.Errorf("message of %d bytes, not cut: %.80s…", len(msg), msg[len(msg)-60:])
+	if !strings.Contains(msg, "eu-west-1") {
+		t.Errorf("a short setting of the exec plugin was taken out: %.200s", msg)
+	}
+	if len(msg) > MaxErrorMessage+64 || !strings.Contains(msg, "bytes more)") {
+		t.Errorf("message of %d bytes, not cut", len(msg))
 	}
 	if !errors.Is(err, cause) {
 		t.Error("errors.Is no longer sees what the error wraps")
 	}
-	short := errors.New("fine")
-	if RedactErrorFor(short, cfg) != short || RedactErrorFor(nil, cfg) != nil { //nolint:errorlint // the very value, not the same kind of error
-		t.Error("an error with nothing to take out is not returned as it is")
+	if again := RedactErrorFor(err, cfg); again.Error() != msg {
+		t.Errorf("redacted again: %.100s…", again.Error()[len(again.Error())-60:])
+	}
+	if short := RedactErrorWith(errors.New("pw hunter2"), "hunter2"); short.Error() != "pw REDACTED" {
+		t.Errorf("a short credential: %q", short.Error())
+	}
+	if RedactErrorWith(nil) != nil {
+		t.Error("nil is not nil")
+	}
+
+	// An API server's answer: its status is found, without the
+	// credential its message and causes held.
+	status := apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "x", field.ErrorList{field.Invalid(field.NewPath("data"), "ABCDEFGH12345678", "echoed")})
+	err = RedactErrorFor(fmt.Errorf("listing: %w", errors.Join(status, &FileError{Path: "/x", Err: errors.New("ABCDEFGH12345678")})), cfg)
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("apierrors.IsInvalid(%v) = false", err)
+	}
+	var se *apierrors.StatusError
+	if !errors.As(err, &se) || strings.Contains(fmt.Sprint(se.ErrStatus), "ABCDEFGH") {
+		t.Errorf("errors.As gives %+v", se)
+	}
+	if other, ok := errors.AsType[*FileError](err); ok {
+		t.Errorf("errors.As reaches into the original error: %v", other)
 	}
 }

@@ -603,7 +603,7 @@ func (c *cluster) redactLocked(g *generation, err error) error {
 	case c.desired != nil:
 		return config.RedactErrorFor(err, c.desired.Config)
 	}
-	return config.RedactErrorFor(err, nil)
+	return config.RedactErrorWith(err)
 }
 
 // manager returns the live generation's Manager while it is Ready (or

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -66,22 +68,33 @@ func TestMemberErrorsCarryNoEchoedCredential(t *testing.T) {
 		t.Cleanup(hs.Close)
 		return hs.URL
 	}
-	members := map[string]struct {
+	bare := func(c string) string { return c + " is not valid here" }
+	type member struct {
 		token string
 		shape func(string) string
-	}{
-		"phrase": {"opaque-credential-7Hq2vX9kLm", func(c string) string { return "invalid token " + c }},
-		"json":   {"json-credential-Qm3Zr8", func(c string) string { return `{"bearerToken":"` + c + `"}` }},
-		"bare":   {"bare-credential-Wx4Ty9", func(c string) string { return c + " is not valid here" }},
-		"huge":   {"huge-credential-Lp2Nb5", func(c string) string { return strings.Repeat("<", 4<<20) + c }},
+		file  bool // the token in a token file
+	}
+	members := map[string]member{
+		"phrase": {token: "opaque-credential-7Hq2vX9kLm", shape: func(c string) string { return "invalid token " + c }},
+		"json":   {token: "json-credential-Qm3Zr8", shape: func(c string) string { return `{"bearerToken":"` + c + `"}` }},
+		"bare":   {token: "bare-credential-Wx4Ty9", shape: bare},
+		"file":   {token: "file-credential-Rt5Mn8", shape: bare, file: true},
+		"huge":   {token: "huge-credential-Lp2Nb5", shape: func(c string) string { return strings.Repeat("<", 4<<20) + c }},
 		// The API server's own error shape, its message megabytes long,
 		// in answer to discovery, and to the lists of a member whose
 		// discovery answered (it stays Syncing, its watch error kept).
-		"status": {"status-credential-Hd7Kc1", hugeStatus},
-		"list":   {"list-credential-Vb6Gj3", hugeStatus},
+		"status": {token: "status-credential-Hd7Kc1", shape: hugeStatus},
+		"list":   {token: "list-credential-Vb6Gj3", shape: hugeStatus},
 	}
 	for name, m := range members {
-		if err := r.srv.Add(config.NewNamedConfig(name, &rest.Config{Host: echo(m.shape), BearerToken: m.token})); err != nil {
+		cfg := &rest.Config{Host: echo(m.shape), BearerToken: m.token}
+		if m.file {
+			cfg.BearerToken, cfg.BearerTokenFile = "", filepath.Join(t.TempDir(), "token")
+			if err := os.WriteFile(cfg.BearerTokenFile, []byte(m.token), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := r.srv.Add(config.NewNamedConfig(name, cfg)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -360,7 +360,7 @@ func TestFleetPageSlowViewersHoldNoSlot(t *testing.T) {
 	srv := unstartedServer(t)
 	addNamed(t, srv, "one", "/fleet/one.kubeconfig")
 	h := newFleetPage(srv)
-	var slow []*blockedWriter
+	slow := make([]*blockedWriter, 0, maxFleetRenders)
 	for range maxFleetRenders {
 		w := &blockedWriter{header: http.Header{}, writing: make(chan struct{}), release: make(chan struct{})}
 		slow = append(slow, w)

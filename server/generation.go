@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -61,11 +60,7 @@ func newGeneration(c *cluster, nc *config.NamedConfig) *generation {
 // and those it holds now are taken out wherever they appear (an API server
 // or a proxy may echo them), and a long message is cut.
 func (g *generation) redact(err error) error {
-	err = config.RedactErrorFor(err, g.cfg.Config)
-	if g.creds != nil {
-		err = config.RedactErrorFor(err, g.creds.Config(&rest.Config{}))
-	}
-	return err
+	return config.RedactErrorWith(err, append(config.Credentials(g.cfg.Config), g.creds.Credentials()...)...)
 }
 
 // begin derives the generation's context; called once, before run.

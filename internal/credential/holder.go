@@ -132,6 +132,23 @@ func (h *Holder) Config(cfg *rest.Config) *rest.Config {
 	return out
 }
 
+// Credentials returns the credentials the Holder sends now: the token
+// (a token file's last token read, too) and the password. For redaction:
+// they are what an API server may echo. Nil for a nil Holder.
+func (h *Holder) Credentials() []string {
+	if h == nil {
+		return nil
+	}
+	c := h.cur.Load()
+	out := []string{c.token, c.password}
+	if c.file != nil {
+		if last := c.file.last.Load(); last != nil {
+			out = append(out, *last)
+		}
+	}
+	return out
+}
+
 // authorization is the Authorization header to send now ("" for none).
 func (c *held) authorization() (string, error) {
 	if c.file == nil {
