@@ -151,6 +151,13 @@ func RedactErrorWith(err error, credentials ...string) error {
 	if err == nil {
 		return nil
 	}
+	// Its own result (a generation's error, kept again by the cluster's
+	// record) needs the work again only for a credential it may hold.
+	if done, ok := err.(*clusterError); ok && !slices.ContainsFunc(credentials, func(v string) bool { //nolint:errorlint // its own result, not one it wraps
+		return len(v) >= minEchoedSecret && strings.Contains(done.msg, v)
+	}) {
+		return err
+	}
 	msg := err.Error()
 	// Only what is kept needs the work: a few times what is kept, so
 	// that a credential across the cut is replaced whole.
@@ -167,11 +174,6 @@ func RedactErrorWith(err error, credentials ...string) error {
 	if len(clean) > MaxErrorMessage+cutNoteRoom {
 		clean = cutMessage(clean, MaxErrorMessage, true)
 		clean += fmt.Sprintf(" (%d bytes more)", len(msg)-len(clean)+len("…"))
-	}
-	if clean == msg {
-		if _, done := err.(*clusterError); done { //nolint:errorlint // its own result, not one it wraps
-			return err
-		}
 	}
 	return &clusterError{msg: clean, err: err}
 }

@@ -70,8 +70,12 @@ func TestRedactErrorFor(t *testing.T) {
 	if !errors.Is(err, cause) {
 		t.Error("errors.Is no longer sees what the error wraps")
 	}
-	if again := RedactErrorFor(err, cfg); again.Error() != msg {
+	if again := RedactErrorFor(err, cfg); again != err { //nolint:errorlint // the very value
 		t.Errorf("redacted again: %.100s…", again.Error()[len(again.Error())-60:])
+	}
+	// A credential it did not know of is still taken out of its result.
+	if again := RedactErrorWith(err, "eu-west-1"); strings.Contains(again.Error(), "eu-west-1") || !errors.Is(again, cause) {
+		t.Errorf("its result given another credential: %.100s", again.Error())
 	}
 	if short := RedactErrorWith(errors.New("pw hunter2"), "hunter2"); short.Error() != "pw REDACTED" {
 		t.Errorf("a short credential: %q", short.Error())
