@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -19,6 +20,16 @@ import (
 // LeaderElectionID of the ctrl.Options names it.
 var ErrNoShardGroup = errors.New("sharding: no Group: set ShardingOptions.Group (or ctrl.Options.LeaderElectionID) to a name of this program")
 
+// ErrNoShardNamespace is returned by NewServer for a sharded Server that
+// has no namespace for its Leases: neither ShardingOptions.Namespace nor
+// the LeaderElectionNamespace of the ctrl.Options names one, and it does
+// not run in a Pod, whose namespace it would default to.
+var ErrNoShardNamespace = errors.New("sharding: no namespace for the Leases: set ShardingOptions.Namespace (or ctrl.Options.LeaderElectionNamespace); not running in a Pod, there is no namespace of its own to default to")
+
+// inClusterNamespaceFile holds the namespace of the Pod a program runs in,
+// as controller-runtime's leader election reads it.
+var inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
 // ShardingOptions splits the fleet among the replicas of one program (see
 // WithSharding). Every field but Group has a default.
 type ShardingOptions struct {
@@ -30,9 +41,13 @@ type ShardingOptions struct {
 	// ShardingReadyCheck and runs no cluster until it is alone again.
 	Identity string
 
-	// Namespace holds the Leases on the host cluster. Defaults to the
+	// Namespace holds the Leases on the host cluster. Defaults, as
+	// controller-runtime's leader election does, to the
 	// LeaderElectionNamespace of the ctrl.Options given to NewServer, else
-	// "default".
+	// the namespace of the Pod the program runs in; out of a cluster,
+	// NewServer refuses a sharded Server without either
+	// (ErrNoShardNamespace). Installs of one program in two namespaces
+	// thus never share a fleet's Leases.
 	Namespace string
 
 	// Group names the replicas that share one fleet: only replicas of the
@@ -115,7 +130,9 @@ func (o *ShardingOptions) defaults(leaderElectionNamespace, leaderElectionID str
 		o.Namespace = leaderElectionNamespace
 	}
 	if o.Namespace == "" {
-		o.Namespace = "default"
+		if raw, err := os.ReadFile(inClusterNamespaceFile); err == nil {
+			o.Namespace = strings.TrimSpace(string(raw))
+		}
 	}
 	if o.Group == "" {
 		o.Group = leaderElectionID
@@ -137,6 +154,8 @@ func (o *ShardingOptions) validate(memberShutdown time.Duration, forever bool) e
 	switch {
 	case o.Group == "":
 		return ErrNoShardGroup
+	case o.Namespace == "":
+		return ErrNoShardNamespace
 	case forever:
 		return errors.New("sharding: members need a finite GracefulShutdownTimeout: a replica that cannot renew its Lease must have stopped its clusters before others take them")
 	case memberShutdown >= o.LeaseDuration-o.RenewDeadline:

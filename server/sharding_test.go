@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -782,20 +783,48 @@ func TestShardingDistinctGroups(t *testing.T) {
 	}
 }
 
-// TestShardingNeedsAGroup: a sharded Server whose Group nothing names is
-// refused, so that two programs never split one fleet under one default.
-func TestShardingNeedsAGroup(t *testing.T) {
-	_, err := server.NewServer(fleet.Cluster("host").Config, ctrl.Options{
-		Metrics: metricsserver.Options{BindAddress: "0"}, GracefulShutdownTimeout: ptr.To(time.Second),
-	}, server.WithSharding(server.ShardingOptions{}))
+// TestShardingNeedsAGroupAndANamespace: a sharded Server whose Group
+// nothing names is refused, so that two programs never split one fleet
+// under one default; and so is one whose Leases' namespace nothing names
+// out of a Pod. In a Pod, the namespace defaults to the Pod's, as
+// controller-runtime's leader election does: two installs of one program
+// in two namespaces never share Leases.
+func TestShardingNeedsAGroupAndANamespace(t *testing.T) {
+	server.SetInClusterNamespaceFile(t, filepath.Join(t.TempDir(), "none"))
+	opts := func(id, ns string) ctrl.Options {
+		return ctrl.Options{
+			Metrics: metricsserver.Options{BindAddress: "0"}, GracefulShutdownTimeout: ptr.To(time.Second),
+			LeaderElectionID: id, LeaderElectionNamespace: ns,
+		}
+	}
+	_, err := server.NewServer(fleet.Cluster("host").Config, opts("", "ops"), server.WithSharding(server.ShardingOptions{}))
 	if !errors.Is(err, server.ErrNoShardGroup) {
 		t.Errorf("NewServer without a Group: %v, want ErrNoShardGroup", err)
 	}
-	srv, err := server.NewServer(fleet.Cluster("host").Config, ctrl.Options{
-		Metrics: metricsserver.Options{BindAddress: "0"}, GracefulShutdownTimeout: ptr.To(time.Second), LeaderElectionID: "my-controller",
-	}, server.WithSharding(server.ShardingOptions{}))
-	if err != nil || srv == nil {
-		t.Errorf("NewServer with a LeaderElectionID: %v", err)
+	_, err = server.NewServer(fleet.Cluster("host").Config, opts("my-controller", ""), server.WithSharding(server.ShardingOptions{}))
+	if !errors.Is(err, server.ErrNoShardNamespace) {
+		t.Errorf("NewServer out of a Pod without a namespace: %v, want ErrNoShardNamespace", err)
+	}
+	for _, tc := range []struct{ name, electionNS, podNS, sharding, want string }{
+		{name: "LeaderElectionNamespace", electionNS: "ops", podNS: "team-a\n", want: "ops"},
+		{name: "Pod", podNS: "team-a\n", want: "team-a"},
+		{name: "ShardingOptions", electionNS: "ops", podNS: "team-a", sharding: "leases", want: "leases"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "namespace")
+			if err := os.WriteFile(file, []byte(tc.podNS), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			server.SetInClusterNamespaceFile(t, file)
+			srv, err := server.NewServer(fleet.Cluster("host").Config, opts("my-controller", tc.electionNS),
+				server.WithSharding(server.ShardingOptions{Namespace: tc.sharding}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := server.ShardingNamespace(srv); got != tc.want {
+				t.Errorf("the Leases' namespace is %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
 

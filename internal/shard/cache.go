@@ -2,6 +2,7 @@ package shard
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +37,7 @@ type record struct {
 	leaving     string
 	standby     string
 	cluster     string
+	pins        string
 }
 
 func recordOf(l *coordinationv1.Lease) record {
@@ -47,6 +49,7 @@ func recordOf(l *coordinationv1.Lease) record {
 		leaving:     l.Annotations[LeavingAnnotation],
 		standby:     l.Annotations[StandbyAnnotation],
 		cluster:     l.Annotations[ClusterAnnotation],
+		pins:        l.Annotations[PinsAnnotation],
 	}
 	if l.Spec.RenewTime != nil {
 		r.renew = l.Spec.RenewTime.Time
@@ -62,8 +65,22 @@ type entry struct {
 	// lease is shared and never written: copy it before a change.
 	lease *coordinationv1.Lease
 	rec   record
+	// role is RoleReplica or RoleCluster: the Lease's label, or, when its
+	// labels were stripped (a hand edit, a tool's apply), what its name
+	// says: the Lease at a Group's Lease name is the Group's.
+	role string
+	// id is, for a replica's Lease, the identity its name is the Lease
+	// name of: its holder, or when the holder was edited away from it, the
+	// holder last seen there. An edit of holderIdentity renames no
+	// replica.
+	id string
 	// since is when this replica first saw rec (its local clock).
 	since time.Time
+	// floor is when the claims of the records seen before rec ran out, by
+	// the durations they declared: a new record (a hand edit of the
+	// holder's duration, say) never ends a claim sooner than its holder
+	// said it would.
+	floor time.Time
 	// gone: the Lease was deleted. A replica's Lease is kept that way
 	// while its claim may still stand (its holder may still run clusters).
 	gone bool
@@ -73,7 +90,6 @@ type entry struct {
 	at      time.Time // when this version arrived
 }
 
-func (e *entry) role() string { return e.lease.Labels[RoleLabel] }
 
 // declared is how long the Lease's holder said its claim lasts after a
 // renewal: its leaseDurationSeconds, bounded by maxLeaseDuration so that a
@@ -87,9 +103,19 @@ func (e *entry) declared(fallback time.Duration) time.Duration {
 }
 
 // expired reports whether the Lease's record has gone unchanged, as this
-// replica saw it, for the duration its writer declared.
+// replica saw it, for the duration its writer declared, and the claims of
+// the records before it have run out too.
 func (e *entry) expired(now time.Time, fallback time.Duration) bool {
-	return !now.Before(e.since.Add(e.declared(fallback)))
+	return !now.Before(e.until(fallback))
+}
+
+// until is when the Lease's claim runs out unless its record changes.
+func (e *entry) until(fallback time.Duration) time.Time {
+	end := e.since.Add(e.declared(fallback))
+	if e.floor.After(end) {
+		return e.floor
+	}
+	return end
 }
 
 // cache is this replica's view of its Group's Leases, fed by the watch
@@ -104,8 +130,10 @@ type cache struct {
 	group string
 	// grace is how long a version from a read or write survives relists
 	// that do not show it yet.
-	grace  time.Duration
-	notify func()
+	grace time.Duration
+	// fallback is the duration of a claim whose Lease declares none.
+	fallback time.Duration
+	notify   func()
 
 	mu         sync.Mutex
 	entries    map[string]*entry
@@ -114,16 +142,36 @@ type cache struct {
 	lastEvent  time.Time // last delivery of the watch (event or list)
 }
 
-func newCache(clk clock.PassiveClock, group string, grace time.Duration, notify func()) *cache {
-	return &cache{clock: clk, group: group, grace: grace, notify: notify, entries: map[string]*entry{}, superseded: map[string]*history{}}
+func newCache(clk clock.PassiveClock, group string, grace, fallback time.Duration, notify func()) *cache {
+	return &cache{
+		clock: clk, group: group, grace: grace, fallback: fallback, notify: notify,
+		entries: map[string]*entry{}, superseded: map[string]*history{},
+	}
 }
 
-// belongs reports whether l is one of the Group's Leases: the annotation,
-// not the label (a hash), says so exactly.
-func (c *cache) belongs(l *coordinationv1.Lease) bool {
-	role := l.Labels[RoleLabel]
-	return l.Annotations[GroupAnnotation] == c.group && (role == RoleReplica || role == RoleCluster)
+// roleOf returns the role of l in the Group, "" when l is none of the
+// Group's Leases. The annotation, not the label (a hash), says so exactly;
+// a Lease whose labels and annotations were stripped is known by its name,
+// which only the Group's Leases have (the names hash the whole Group).
+func (c *cache) roleOf(l *coordinationv1.Lease) string {
+	g, annotated := l.Annotations[GroupAnnotation]
+	if annotated && g != c.group {
+		return ""
+	}
+	if role := l.Labels[RoleLabel]; annotated && (role == RoleReplica || role == RoleCluster) {
+		return role
+	}
+	switch key := GroupKey(c.group); {
+	case strings.HasPrefix(l.Name, key+"-"+replicaInfix):
+		return RoleReplica
+	case strings.HasPrefix(l.Name, key+"-"+clusterInfix):
+		return RoleCluster
+	}
+	return ""
 }
+
+// belongs reports whether l is one of the Group's Leases.
+func (c *cache) belongs(l *coordinationv1.Lease) bool { return c.roleOf(l) != "" }
 
 // fresh takes l as read from the API server: what the API server has now,
 // whatever this replica saw before — even a version that compares lower
@@ -170,7 +218,10 @@ func (c *cache) watchedLocked(l *coordinationv1.Lease) bool {
 func (c *cache) putLocked(l *coordinationv1.Lease, watched, read bool) (changed bool) {
 	now := c.clock.Now()
 	old := c.entries[l.Name]
-	e := &entry{lease: l, rec: recordOf(l), since: now, watched: watched, at: now}
+	e := &entry{lease: l, rec: recordOf(l), role: c.roleOf(l), since: now, watched: watched, at: now}
+	if e.role == RoleReplica && l.Name == ReplicaLeaseName(c.group, e.rec.holder) {
+		e.id = e.rec.holder
+	}
 	if old != nil {
 		if !old.gone && old.lease.ResourceVersion == l.ResourceVersion {
 			old.watched = old.watched || watched
@@ -186,8 +237,13 @@ func (c *cache) putLocked(l *coordinationv1.Lease, watched, read bool) (changed 
 			// server's versions may compare lower than those seen before.
 			return false
 		}
+		if e.id == "" && old.role == e.role {
+			e.id = old.id
+		}
 		if old.rec == e.rec {
-			e.since = old.since
+			e.since, e.floor = old.since, old.floor
+		} else if old.role == e.role {
+			e.floor = old.until(c.fallback)
 		}
 		if !old.gone {
 			c.supersedeLocked(l.Name, old.lease.ResourceVersion)
@@ -254,7 +310,7 @@ func (c *cache) missing(name string) {
 func (c *cache) deleteLocked(name string) {
 	old := c.entries[name]
 	c.supersedeLocked(name, old.lease.ResourceVersion)
-	if old.role() != RoleReplica {
+	if old.role != RoleReplica {
 		delete(c.entries, name)
 		return
 	}
@@ -282,8 +338,10 @@ func (c *cache) relist(items []coordinationv1.Lease) {
 	}
 	for name, e := range c.entries {
 		// A version from a read or write may be newer than the list; it
-		// stays until the watch shows it, for a while.
-		if !listed[name] && !e.gone && (e.watched || now.Sub(e.at) >= c.grace) {
+		// stays until the watch shows it, for a while. One without the
+		// Group's label, read by its name, no list can show: it stays
+		// until a read or the watch says otherwise.
+		if !listed[name] && !e.gone && (e.watched || now.Sub(e.at) >= c.grace) && e.lease.Labels[GroupLabel] == GroupKey(c.group) {
 			c.deleteLocked(name)
 		}
 	}

@@ -22,7 +22,7 @@ func versioned(l *coordinationv1.Lease, rv string) *coordinationv1.Lease {
 // arrive; nor does a relist that lags.
 func TestCacheKeepsTheLaterVersion(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
-	c := newCache(clk, "fleet", time.Second, nil)
+	c := newCache(clk, "fleet", time.Second, 2*time.Second, nil)
 	released := versioned(groupLease("c1", ""), "100")
 	taken := versioned(groupLease("c1", "b"), "105")
 
@@ -38,7 +38,7 @@ func TestCacheKeepsTheLaterVersion(t *testing.T) {
 	}
 
 	// The answer first and the watch after: the later version wins too.
-	c2 := newCache(clk, "fleet", time.Second, nil)
+	c2 := newCache(clk, "fleet", time.Second, 2*time.Second, nil)
 	c2.written(taken)
 	c2.watched(released)
 	if e, _ := c2.get("c1"); e.lease.ResourceVersion != "105" {
@@ -59,7 +59,7 @@ func TestCacheKeepsTheLaterVersion(t *testing.T) {
 // renewed: the time its clusters went unowned counts from then.
 func TestTombstoneTellsTheLastRenewal(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
-	c := newCache(clk, "fleet", time.Second, nil)
+	c := newCache(clk, "fleet", time.Second, 2*time.Second, nil)
 	renewed := clk.Now()
 	l := versioned(groupLease(ReplicaLeaseName("fleet", "a"), "a"), "7")
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(8))
@@ -85,7 +85,7 @@ func TestTombstoneTellsTheLastRenewal(t *testing.T) {
 // that the replica's writes stop conflicting.
 func TestCacheTakesARestoredLease(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
-	c := newCache(clk, "fleet", time.Second, nil)
+	c := newCache(clk, "fleet", time.Second, 2*time.Second, nil)
 	c.watched(versioned(groupLease("c1", "a"), "5000"))
 	c.fresh(versioned(groupLease("c1", "b"), "120")) // read after a conflict
 	if e, _ := c.get("c1"); e.rec.holder != "b" || e.lease.ResourceVersion != "120" {

@@ -372,7 +372,7 @@ func (c *Coordinator) unheld(leaseName string, exists bool, now time.Time) strin
 
 // verify answers a change of the Lease of a cluster this replica runs.
 func (c *Coordinator) verify(ctx context.Context, name string, cl *claim, e entry, exists bool, now time.Time) {
-	if exists && c.mine(cl, e) && e.rec.cluster == name && e.role() == RoleCluster {
+	if exists && c.mine(cl, e) && e.rec.cluster == name && e.role == RoleCluster {
 		return
 	}
 	// Someone else's write, or the Lease is gone; the view may lag, so read.
@@ -385,7 +385,7 @@ func (c *Coordinator) verify(ctx context.Context, name string, cl *claim, e entr
 	fresh, ok := c.cache.get(leaseName)
 	if ok && (c.mine(cl, fresh) || c.confirm(cl, fresh)) {
 		cl.pending = false
-		if fresh.rec.cluster != name || fresh.role() != RoleCluster {
+		if fresh.rec.cluster != name || fresh.role != RoleCluster {
 			c.write(ctx, name, cl, &fresh, c.o.Identity) // repair its annotations
 		}
 		return

@@ -109,11 +109,11 @@ func New(leases coordclient.LeaseInterface, members Members, o Options) *Coordin
 		records: map[string]any{},
 		held:    map[string]heldMark{},
 	}
-	c.cache = newCache(o.Clock, o.Group, o.RenewDeadline, c.poke)
+	c.cache = newCache(o.Clock, o.Group, o.RenewDeadline, o.LeaseDuration, c.poke)
 	// A list of many Leases on a loaded server takes longer than a renewal.
 	c.watch = newWatcher(leases, o.Group, c.cache, o.Clock, o.RetryPeriod, max(o.LeaseDuration, 10*time.Second), log)
 	c.hb = newHeartbeat(&c.o, leases, c.cache, log)
-	c.writes = newFailures(log, o.Clock, "sharding: cannot write a cluster's Lease", "sharding: writing cluster Leases again")
+	c.writes = newFailures(log, o.Clock, recoveredAfter, "sharding: cannot write a cluster's Lease", "sharding: writing cluster Leases again")
 	// The series exist from the start, at zero.
 	o.Metrics.Owned(0)
 	o.Metrics.DuplicateIdentity(false)
@@ -256,6 +256,7 @@ func (c *Coordinator) step(ctx context.Context) {
 	}
 	c.wasHealthy = healthy && alone
 	c.restartQuietWatch(healthy, now)
+	c.writes.settle()
 	c.cache.prune(now, c.o.LeaseDuration)
 	snap := c.cache.snapshot()
 	run := healthy && alone && !c.leaving
@@ -273,7 +274,7 @@ func (c *Coordinator) step(ctx context.Context) {
 		records[m.Name] = m.Record
 	}
 	slices.Sort(names)
-	assigned := Assign(Input{Replicas: live, Names: names, Pins: c.o.Pins, LoadFactor: c.o.LoadFactor})
+	assigned := Assign(Input{Replicas: live, Names: names, Pins: c.pins(snap, live), LoadFactor: c.o.LoadFactor})
 	c.budget = maxRequestsPerStep
 	concerned := c.concerned(names, snap)
 	c.renewed(concerned, records)
@@ -337,7 +338,7 @@ func (c *Coordinator) renewed(concerned []string, records map[string]any) {
 // it was seen so; it forgets those seen neither held nor for a duration.
 func (c *Coordinator) remember(snap map[string]entry, now time.Time) {
 	for name, e := range snap {
-		if e.role() == RoleCluster && !e.gone && e.rec.holder != "" {
+		if e.role == RoleCluster && !e.gone && e.rec.holder != "" {
 			c.held[name] = heldMark{holder: e.rec.holder, writer: e.rec.writer, rv: e.lease.ResourceVersion, renew: e.rec.renew, at: now, d: e.declared(c.o.LeaseDuration)}
 		}
 	}
@@ -379,7 +380,7 @@ func (c *Coordinator) concerned(names []string, snap map[string]entry) []string 
 		out = append(out, name)
 	}
 	for _, e := range snap {
-		if e.role() == RoleCluster && !e.gone && e.rec.holder == c.o.Identity && e.rec.cluster != "" &&
+		if e.role == RoleCluster && !e.gone && e.rec.holder == c.o.Identity && e.rec.cluster != "" &&
 			e.lease.Name == ClusterLeaseName(c.o.Group, e.rec.cluster) {
 			out = append(out, e.rec.cluster)
 		}
@@ -388,11 +389,13 @@ func (c *Coordinator) concerned(names []string, snap map[string]entry) []string 
 	return slices.Compact(out)
 }
 
-// replicaEntry returns replica id's Lease as this replica knows it. A
-// Lease whose name is not id's (made by hand to look like one) is not.
+// replicaEntry returns replica id's Lease as this replica knows it: the
+// Lease at id's Lease name, whatever its holderIdentity says now (a hand
+// edit of it is a change of record, a sign of life, not a death). A Lease
+// that never named id there (made by hand to look like one) is not.
 func (c *Coordinator) replicaEntry(id string) (entry, bool) {
 	e, ok := c.cache.get(ReplicaLeaseName(c.o.Group, id))
-	if !ok || e.role() != RoleReplica || e.rec.holder != id {
+	if !ok || e.role != RoleReplica || e.id != id {
 		return entry{}, false
 	}
 	return e, true
@@ -411,8 +414,8 @@ func (c *Coordinator) alive(id string, now time.Time) bool {
 func (c *Coordinator) peers(snap map[string]entry, now time.Time) []string {
 	var out []string
 	for _, e := range snap {
-		id := e.rec.holder
-		if e.role() != RoleReplica || e.gone || id == "" || id == c.o.Identity || e.lease.Name != ReplicaLeaseName(c.o.Group, id) {
+		id := e.id
+		if e.role != RoleReplica || e.gone || id == "" || id == c.o.Identity {
 			continue
 		}
 		if !e.expired(now, c.o.LeaseDuration) && e.rec.leaving == "" && e.rec.standby == "" {
@@ -420,6 +423,25 @@ func (c *Coordinator) peers(snap map[string]entry, now time.Time) []string {
 		}
 	}
 	return out
+}
+
+// pins returns the Pins to follow: this replica's, if every other live
+// replica follows the same; else none, so that replicas that disagree on
+// them (during a rolling update that changes them) still agree on where
+// each cluster runs.
+func (c *Coordinator) pins(snap map[string]entry, live []string) map[string]string {
+	if len(c.o.Pins) == 0 {
+		return nil
+	}
+	for _, id := range live {
+		if id == c.o.Identity {
+			continue
+		}
+		if e, ok := snap[ReplicaLeaseName(c.o.Group, id)]; !ok || e.rec.pins != c.o.pins {
+			return nil
+		}
+	}
+	return c.o.Pins
 }
 
 // confirmAlive reads replica id's Lease from the API server before this
@@ -441,11 +463,11 @@ func (c *Coordinator) forgetReplicas(ctx context.Context, snap map[string]entry,
 		if !c.mayCall() {
 			return
 		}
-		if e.role() != RoleReplica || e.gone || e.rec.holder == c.o.Identity || !e.expired(now, c.o.LeaseDuration) {
+		if e.role != RoleReplica || e.gone || e.id == c.o.Identity || name == c.hb.name || !e.expired(now, c.o.LeaseDuration) {
 			continue
 		}
 		if c.delete(ctx, name, e) {
-			c.log.Info("sharding: removed the Lease of a replica that went silent", "lease", name, "holder", e.rec.holder)
+			c.log.Info("sharding: removed the Lease of a replica that went silent", "lease", name, "holder", e.id)
 		}
 	}
 }
@@ -465,7 +487,7 @@ func (c *Coordinator) collect(ctx context.Context, snap map[string]entry, fleet 
 		if !c.mayCall() {
 			return
 		}
-		if e.role() != RoleCluster || e.gone || keep[name] {
+		if e.role != RoleCluster || e.gone || keep[name] {
 			continue
 		}
 		if e.rec.holder == c.o.Identity {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -48,6 +49,12 @@ type heartbeat struct {
 	fails     *failures
 	leaving   bool
 
+	// The renewTimes of this replica's last two renewals sent: a version
+	// that carries one of them and another writer is a renewal of this
+	// replica's that someone edited (an apply that dropped the writer
+	// annotation), not another process's.
+	sentRenews [2]time.Time
+
 	// Another process's writes of this Lease.
 	foreignAt  time.Time     // when one was last seen
 	foreignRV  string        // the version seen then
@@ -59,7 +66,7 @@ type heartbeat struct {
 func newHeartbeat(o *Options, leases coordclient.LeaseInterface, c *cache, log logr.Logger) *heartbeat {
 	return &heartbeat{
 		o: o, leases: leases, cache: c, log: log, name: ReplicaLeaseName(o.Group, o.Identity),
-		fails: newFailures(log, o.Clock, "sharding: cannot renew this replica's Lease", "sharding: renewing this replica's Lease again"),
+		fails: newFailures(log, o.Clock, recoveredAfter, "sharding: cannot renew this replica's Lease", "sharding: renewing this replica's Lease again"),
 	}
 }
 
@@ -102,11 +109,28 @@ func (h *heartbeat) check(now time.Time) bool {
 // another process wrote shows there first when that process renews in
 // between this replica's renewals.
 func (h *heartbeat) observe(e entry, ok bool, now time.Time) {
-	if !ok || e.gone || e.rec.writer == h.o.Writer || e.lease.ResourceVersion == h.foreignRV ||
-		(h.last != nil && h.last.ResourceVersion == e.lease.ResourceVersion) {
+	if !ok || e.gone || e.lease.ResourceVersion == h.foreignRV ||
+		(h.last != nil && h.last.ResourceVersion == e.lease.ResourceVersion) || !h.othersWrite(e.lease) {
 		return
 	}
 	h.foreign(e.lease, now)
+}
+
+// othersWrite reports whether l is another process's write: another
+// writer. A version without a writer that carries a renewTime this replica
+// sent is not: that is its own renewal with the annotation edited away (an
+// apply of a manifest without it); another process writes its own writer
+// and renewTime.
+func (h *heartbeat) othersWrite(l *coordinationv1.Lease) bool {
+	writer, ok := l.Annotations[WriterAnnotation]
+	if writer == h.o.Writer {
+		return false
+	}
+	if ok && writer != "" || l.Spec.RenewTime == nil {
+		return true
+	}
+	renew := l.Spec.RenewTime.Truncate(time.Microsecond)
+	return !slices.ContainsFunc(h.sentRenews[:], func(t time.Time) bool { return !t.IsZero() && t.Equal(renew) })
 }
 
 // foreign records a version of this replica's Lease that another process
@@ -220,7 +244,7 @@ func (h *heartbeat) read(ctx context.Context, now time.Time) (*coordinationv1.Le
 		return nil, err
 	}
 	h.cache.fresh(cur)
-	if cur.Annotations[WriterAnnotation] != h.o.Writer {
+	if h.othersWrite(cur) {
 		h.foreign(cur, now)
 	}
 	return cur, nil
@@ -239,6 +263,7 @@ func (h *heartbeat) desired(base *coordinationv1.Lease, now time.Time) *coordina
 	setMeta(l, h.o.Group, RoleReplica, h.o.Writer)
 	setAnnotation(l, LeavingAnnotation, h.leavingValue())
 	setAnnotation(l, StandbyAnnotation, h.standbyValue(now))
+	setAnnotation(l, PinsAnnotation, h.o.pins)
 	if ptr.Deref(l.Spec.HolderIdentity, "") != h.o.Identity || l.Spec.AcquireTime == nil {
 		if l.Spec.HolderIdentity != nil {
 			l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
@@ -247,7 +272,12 @@ func (h *heartbeat) desired(base *coordinationv1.Lease, now time.Time) *coordina
 	}
 	l.Spec.HolderIdentity = ptr.To(h.o.Identity)
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(h.o.LeaseDuration / time.Second)) //nolint:gosec // at most MaxLeaseDuration
-	l.Spec.RenewTime = &metav1.MicroTime{Time: now}
+	// As a Lease keeps it (MicroTime): a read compares it exactly.
+	renew := now.Truncate(time.Microsecond)
+	l.Spec.RenewTime = &metav1.MicroTime{Time: renew}
+	if !h.sentRenews[0].Equal(renew) {
+		h.sentRenews[1], h.sentRenews[0] = h.sentRenews[0], renew
+	}
 	return l
 }
 

@@ -22,7 +22,7 @@ func newTestHeartbeat(t *testing.T, s *store, clk *clocktesting.FakeClock, id, w
 		RetryPeriod: time.Second, Clock: clk, Writer: w, Logger: lines.logger(t, id+"/"+w)}
 	o.defaults()
 	f := &fakeLeases{s: s, clock: clk}
-	return newHeartbeat(o, f, newCache(clk, "fleet", o.RenewDeadline, nil), o.Logger), f, lines
+	return newHeartbeat(o, f, newCache(clk, "fleet", o.RenewDeadline, o.LeaseDuration, nil), o.Logger), f, lines
 }
 
 // TestHeartbeatLostAnswer: a renewal applied whose answer was lost makes
@@ -190,13 +190,18 @@ func TestHeartbeatRecreatesDeletedLease(t *testing.T) {
 func TestFailuresLogQuietly(t *testing.T) {
 	clk := clocktesting.NewFakeClock(simStart)
 	lines := &lineCounter{}
-	f := newFailures(lines.logger(t, "r"), clk, "cannot renew", "renewing again")
+	f := newFailures(lines.logger(t, "r"), clk, recoveredAfter, "cannot renew", "renewing again")
 	for range 300 {
 		f.failed(errors.New("connection refused"))
 		clk.Step(time.Second)
 	}
+	for range 10 {
+		f.ok()
+		clk.Step(time.Second)
+	}
 	f.ok()
-	// t=0, a summary at 30 s, 60 s, … 270 s, and the recovery.
+	// t=0, a summary at 30 s, 60 s, … 270 s, and the recovery once calls
+	// have worked for 10 s.
 	if n := len(lines.lines); n != 1+9+1 {
 		t.Errorf("%d lines for a 5 min outage, want 11", n)
 	}
@@ -207,7 +212,7 @@ func TestFailuresLogQuietly(t *testing.T) {
 
 func TestCacheVersions(t *testing.T) {
 	clk := clocktesting.NewFakeClock(simStart)
-	c := newCache(clk, "fleet", 4*time.Second, nil)
+	c := newCache(clk, "fleet", 4*time.Second, 8*time.Second, nil)
 	mk := func(rv, holder string) *coordinationv1.Lease {
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "l", ResourceVersion: rv, UID: "u"},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder)}}

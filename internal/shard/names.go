@@ -3,6 +3,9 @@ package shard
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -37,7 +40,26 @@ const (
 	// StandbyAnnotation marks the Lease of a replica that takes no cluster
 	// for now, and says why (another process writes its Lease).
 	StandbyAnnotation = "mccr.dev/shard-standby"
+	// PinsAnnotation holds PinsKey of the Pins a replica follows (none:
+	// no annotation). Pins count only while every live replica follows the
+	// same: replicas that disagree on them (a rolling update that changes
+	// them) would each leave a pinned cluster to the other.
+	PinsAnnotation = "mccr.dev/shard-pins"
 )
+
+// PinsKey is a digest of pins, "" for none.
+func PinsKey(pins map[string]string) string {
+	if len(pins) == 0 {
+		return ""
+	}
+	keys := slices.Sorted(maps.Keys(pins))
+	var b strings.Builder
+	for _, k := range keys {
+		// Lengths first: no two maps write the same string.
+		fmt.Fprintf(&b, "%d:%s=%d:%s\n", len(k), k, len(pins[k]), pins[k])
+	}
+	return digest(b.String(), 32)
+}
 
 // GroupKey is the label value and Lease name prefix of a Group: up to 20
 // characters of it that a Lease name may hold, for people to read, and a
@@ -47,14 +69,21 @@ func GroupKey(group string) string {
 	return readable(group, 20, "g") + "-" + digest(group, 16)
 }
 
+// What follows GroupKey and a dash in a replica's and a cluster's Lease
+// name.
+const (
+	replicaInfix = "r-"
+	clusterInfix = "c-"
+)
+
 // ReplicaLeaseName is the name of replica id's Lease in group.
 func ReplicaLeaseName(group, id string) string {
-	return GroupKey(group) + "-r-" + readable(id, 30, "r") + "-" + digest(id, 16)
+	return GroupKey(group) + "-" + replicaInfix + readable(id, 30, "r") + "-" + digest(id, 16)
 }
 
 // ClusterLeaseName is the name of cluster name's Lease in group.
 func ClusterLeaseName(group, name string) string {
-	return GroupKey(group) + "-c-" + readable(name, 30, "c") + "-" + digest(name, 20)
+	return GroupKey(group) + "-" + clusterInfix + readable(name, 30, "c") + "-" + digest(name, 20)
 }
 
 // readable keeps, of s, lower case letters, digits and single dashes, at

@@ -78,6 +78,9 @@ type Options struct {
 	// Writer is this process's mark on the Leases it writes; defaults to a
 	// random value. Two processes must never share one.
 	Writer string
+
+	// pins is PinsKey(Pins), set by defaults.
+	pins string
 }
 
 func (o *Options) defaults() {
@@ -90,6 +93,7 @@ func (o *Options) defaults() {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
+	o.pins = PinsKey(o.Pins)
 	if o.Writer == "" {
 		b := make([]byte, 8)
 		_, _ = rand.Read(b) // crypto/rand never fails

@@ -25,7 +25,7 @@ func clusterLease(name, holder string) *coordinationv1.Lease {
 // the first list's whole array (every Lease of the group, as listed then)
 // for as long as the Server runs.
 func TestRelistKeepsNoList(t *testing.T) {
-	c := newCache(clocktesting.NewFakeClock(time.Now()), "fleet", time.Second, nil)
+	c := newCache(clocktesting.NewFakeClock(time.Now()), "fleet", time.Second, 2*time.Second, nil)
 	list := relistOnce(c)
 	runtime.GC()
 	if list.Value() != nil {
@@ -55,7 +55,7 @@ func relistOnce(c *cache) weak.Pointer[[8]coordinationv1.Lease] {
 func TestPruneForgetsLeasesThatLeft(t *testing.T) {
 	const duration = 8 * time.Second
 	clk := clocktesting.NewFakeClock(time.Now())
-	c := newCache(clk, "fleet", time.Second, nil)
+	c := newCache(clk, "fleet", time.Second, 2*time.Second, nil)
 	for i := range 100 {
 		name := fmt.Sprintf("c%d", i)
 		c.written(versioned(clusterLease(name, "a"), "1"))

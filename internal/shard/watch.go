@@ -34,7 +34,7 @@ type watcher struct {
 func newWatcher(leases coordclient.LeaseInterface, group string, c *cache, clk clock.WithTicker, period, timeout time.Duration, log logr.Logger) *watcher {
 	return &watcher{
 		leases: leases, selector: GroupLabel + "=" + GroupKey(group), cache: c, clock: clk, period: period, timeout: timeout,
-		fails:    newFailures(log, clk, "sharding: cannot list or watch the Leases", "sharding: watching the Leases again"),
+		fails:    newFailures(log, clk, 0, "sharding: cannot list or watch the Leases", "sharding: watching the Leases again"),
 		restarts: make(chan struct{}, 1),
 	}
 }

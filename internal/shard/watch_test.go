@@ -41,7 +41,7 @@ func TestWatcher(t *testing.T) {
 	s.put(groupLease("one", "a"))
 	lines := &lineCounter{}
 	f := &fakeLeases{s: s}
-	c := newCache(clock.RealClock{}, "fleet", time.Second, nil)
+	c := newCache(clock.RealClock{}, "fleet", time.Second, 2*time.Second, nil)
 	w := newWatcher(f, "fleet", c, clock.RealClock{}, 50*time.Millisecond, time.Second, lines.logger(t, "w"))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

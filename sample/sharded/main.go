@@ -38,7 +38,7 @@ func main() {
 		"This replica's name, unique among the replicas and new for each process. "+
 			"Defaults to $POD_NAME, else the host name and a random suffix.")
 	flag.StringVar(&sh.Namespace, "shard-namespace", "",
-		`Namespace of the replicas' Leases on the host cluster. Default "default".`)
+		`Namespace of the replicas' Leases on the host cluster. Defaults to --leader-election-namespace, else the Pod's own namespace.`)
 	flag.StringVar(&sh.Group, "shard-group", "sharded.sample.mccr.dev",
 		"Names the replicas that share the fleet.")
 	flag.DurationVar(&sh.LeaseDuration, "lease-duration", 15*time.Second,

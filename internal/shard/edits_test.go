@@ -1,0 +1,303 @@
+package shard
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/utils/ptr"
+)
+
+// clusterOn returns a cluster that replica id alone runs.
+func clusterOn(s *sim, id string) string {
+	for n, rs := range s.rec.owners() {
+		if len(rs) == 1 && rs[0] == id {
+			return n
+		}
+	}
+	return ""
+}
+
+// TestReplicaLeaseHolderEditedRunsNoClusterTwice: a human blanks (or rewrites) the
+// holderIdentity of a live replica's own Lease. The replica renews and
+// repairs it within a retry period; the other replica must not take its
+// clusters meanwhile. off shifts the edit within a's renewal period.
+func TestReplicaLeaseHolderEditedRunsNoClusterTwice(t *testing.T) {
+	for _, holder := range []string{"", "someone-else", "b"} {
+		for off := 0; off < 4; off++ {
+			t.Run(fmt.Sprintf("holder=%q/off=%d", holder, off), func(t *testing.T) {
+				s := newSim(t, 8)
+				s.quiet = true
+				s.add("a", defaultTiming, Options{})
+				s.add("b", defaultTiming, Options{})
+				s.until(30*time.Second, "balanced", s.balanced)
+				s.run(2 * defaultTiming.lease) // cluster Leases old
+				for range off {
+					s.step()
+				}
+				cur := s.store.get(ReplicaLeaseName("fleet", "a"))
+				cur.Spec.HolderIdentity = ptr.To(holder)
+				s.store.put(cur)
+				s.run(30 * time.Second)
+				s.rec.noDoubles(t)
+			})
+		}
+	}
+}
+
+// TestWriterAnnotationEditedAwayIsNoDuplicate: a human or a tool's apply drops the
+// mccr.dev/shard-writer annotation of a live replica's Lease (no second
+// process exists).
+func TestWriterAnnotationEditedAwayIsNoDuplicate(t *testing.T) {
+	s := newSim(t, 8)
+	s.quiet = true
+	a := s.add("a", defaultTiming, Options{})
+	s.add("b", defaultTiming, Options{})
+	s.until(30*time.Second, "balanced", s.balanced)
+	s.rec.resetStarts()
+	cur := s.store.get(ReplicaLeaseName("fleet", "a"))
+	delete(cur.Annotations, WriterAnnotation)
+	s.store.put(cur)
+	s.run(30 * time.Second)
+	starts := 0
+	for _, n := range s.names {
+		starts += s.rec.startsOf("a", n) + s.rec.startsOf("b", n)
+	}
+	t.Logf("duplicate lines on a: %d; starts after the edit: %d", a.lines.count("duplicate replica identity"), starts)
+	if a.lines.count("duplicate replica identity") > 0 {
+		t.Errorf("one edit of a's Lease annotations is reported as a duplicate identity, and a stopped its clusters (%d starts)", starts)
+	}
+}
+
+// TestReplicaLeaseDurationEditedRunsNoClusterTwice: a human (or GitOps) sets a live
+// replica's leaseDurationSeconds to 1 on its own Lease; the replica renews
+// every retry period (2 s, the default).
+func TestReplicaLeaseDurationEditedRunsNoClusterTwice(t *testing.T) {
+	tm := timing{8 * time.Second, 4 * time.Second, 2 * time.Second}
+	for off := 0; off < 8; off++ {
+		s := newSim(t, 8)
+		s.quiet = true
+		s.add("a", tm, Options{})
+		s.add("b", tm, Options{})
+		s.until(30*time.Second, "balanced", s.balanced)
+		s.run(2 * tm.lease)
+		for range off {
+			s.step()
+		}
+		cur := s.store.get(ReplicaLeaseName("fleet", "a"))
+		cur.Spec.LeaseDurationSeconds = ptr.To([]int32{1, 0, -5}[off%3])
+		s.store.put(cur)
+		s.run(30 * time.Second)
+		t.Logf("offset %d", off)
+		s.rec.noDoubles(t)
+	}
+}
+
+// TestClusterLeaseStrippedOfLabelsRunsAgain: someone strips the labels of a
+// cluster's Lease (kubectl label lease X mccr.dev/shard-role-), or a tool
+// re-applies it without them. The cluster must still run somewhere once
+// its holder is gone.
+func TestClusterLeaseStrippedOfLabelsRunsAgain(t *testing.T) {
+	for _, stripAnnotations := range []bool{false, true} {
+		t.Run(fmt.Sprintf("annotations-too=%v", stripAnnotations), func(t *testing.T) {
+			s := newSim(t, 1)
+			s.quiet = true
+			a := s.add("a", defaultTiming, Options{})
+			s.until(30*time.Second, "a runs it", s.settled)
+			name := s.names[0]
+			cur := s.store.get(ClusterLeaseName("fleet", name))
+			cur.Labels = nil
+			if stripAnnotations {
+				cur.Annotations = nil
+			}
+			s.store.put(cur)
+			s.run(5 * time.Second)
+			if !s.settled() {
+				t.Errorf("%s stopped running on a, its holder, once its Lease lost its labels: %v", name, s.rec.owners())
+			}
+			s.crash(a)
+			b := s.add("b", defaultTiming, Options{})
+			s.run(60 * time.Second)
+			if !s.settled() {
+				t.Errorf("%s runs nowhere 60 s after its holder died", name)
+			}
+			if n := b.leases.count("create"); n > 3 {
+				t.Errorf("b tried to create the Lease %d times", n)
+			}
+			s.rec.noDoubles(t)
+		})
+	}
+}
+
+
+// TestFlakyHostLogsQuietly: the host answers every other renewal (an
+// overloaded API server throttling, a flaky load balancer) for 5 minutes.
+func TestFlakyHostLogsQuietly(t *testing.T) {
+	s := newSim(t, 4)
+	s.quiet = true
+	tm := timing{8 * time.Second, 4 * time.Second, 2 * time.Second}
+	a := s.add("a", tm, Options{})
+	s.add("b", tm, Options{})
+	s.until(30*time.Second, "balanced", s.balanced)
+	n := 0
+	a.leases.setFault(func(verb, name string) fault {
+		if verb == "update" && strings.Contains(name, "-r-") {
+			n++
+			if n%2 == 0 {
+				return refuse
+			}
+		}
+		return pass
+	})
+	before := a.lines.count("cannot renew") + a.lines.count("renewing this replica's Lease again")
+	s.run(5 * time.Minute)
+	got := a.lines.count("cannot renew") + a.lines.count("renewing this replica's Lease again") - before
+	if limit := 2 + int(5*time.Minute/summaryEvery); got > limit {
+		t.Errorf("a logged %d lines about renewing over 5 minutes of a flaky host, want at most %d", got, limit)
+	}
+	s.rec.noDoubles(t)
+}
+
+// fleetMembers is a replica's own fleet, recorded in the sim's ledger.
+type fleetMembers struct {
+	s     *sim
+	id    string
+	names []string
+}
+
+func (m *fleetMembers) Names() []Member {
+	out := []Member{}
+	for _, n := range m.names {
+		out = append(out, Member{Name: n})
+	}
+	return out
+}
+func (m *fleetMembers) Own(name string)                       { m.s.rec.start(m.id, name) }
+func (m *fleetMembers) Disown(name, _ string) <-chan struct{} { return m.s.rec.stop(m.id, name, 0) }
+func (m *fleetMembers) StopAll() {
+	for _, n := range m.names {
+		m.s.rec.stop(m.id, n, 0)
+	}
+}
+
+
+// TestPinsThatDifferDuringARolloutLeaveNoClusterDark: a rolling update adds a pin; the new
+// replica b has it, the old replica a does not yet.
+func TestPinsThatDifferDuringARolloutLeaveNoClusterDark(t *testing.T) {
+	s := newSim(t, 8)
+	s.quiet = true
+	s.add("a", defaultTiming, Options{})
+	s.add("b", defaultTiming, Options{})
+	s.until(30*time.Second, "balanced", s.balanced)
+	// b restarts with a pin of a cluster a runs to replica a... or the reverse:
+	// pin a cluster the hash gives b to a, in b's options only.
+	var name string
+	for n, rs := range s.rec.owners() {
+		if rs[0] == "b" {
+			name = n
+		}
+	}
+	b := s.reps[1]
+	s.leave(b)
+	s.add("b", defaultTiming, Options{Pins: map[string]string{name: "a"}})
+	s.run(60 * time.Second)
+	if !s.settled() {
+		t.Errorf("not every cluster runs while a and b disagree on a pin: %v (pinned %s)", s.rec.owners(), name)
+	}
+}
+
+// TestFleetViewsThatDifferKeepKnownClustersRunning: one replica's cluster source has seen a new
+// cluster, the other's not yet (a source lagging, a Secret not yet
+// synced). The clusters both know must keep running.
+func TestFleetViewsThatDifferKeepKnownClustersRunning(t *testing.T) {
+	for extra := 0; extra < 6; extra++ {
+		s := newSim(t, 0)
+		s.quiet = true
+		base := []string{}
+		for i := range 12 {
+			base = append(base, fmt.Sprintf("fleet/c%02d", i))
+		}
+		a := s.add("a", defaultTiming, Options{})
+		b := s.add("b", defaultTiming, Options{})
+		c := s.add("c", defaultTiming, Options{})
+		a.c.members = &fleetMembers{s: s, id: "a", names: base}
+		b.c.members = &fleetMembers{s: s, id: "b", names: base}
+		c.c.members = &fleetMembers{s: s, id: "c", names: base}
+		s.names = base
+		s.until(30*time.Second, "settled", s.settled)
+		more := slices.Clone(base)
+		for i := range extra + 1 {
+			more = append(more, fmt.Sprintf("fleet/new%02d", i))
+		}
+		a.c.members = &fleetMembers{s: s, id: "a", names: more}
+		s.run(30 * time.Second)
+		owners := s.rec.owners()
+		for _, n := range base {
+			if len(owners[n]) != 1 {
+				t.Errorf("extra %d: %s, known to all, runs on %v while a knows %d more", extra, n, owners[n], extra+1)
+			}
+		}
+	}
+}
+
+// TestCollectWithAStaleViewSparesLiveClaims: replica c's view lags (its list keeps
+// failing) while it renews, and its cluster source has not seen cluster X
+// yet (or saw it leave first). c must not delete X's Lease while a, alive,
+// runs X.
+func TestCollectWithAStaleViewSparesLiveClaims(t *testing.T) {
+	s := newSim(t, 6)
+	s.quiet = true
+	a := s.add("a", defaultTiming, Options{})
+	s.add("b", defaultTiming, Options{})
+	s.until(30*time.Second, "balanced", s.balanced)
+	x := clusterOn(s, "a")
+	rest := slices.DeleteFunc(slices.Clone(s.names), func(n string) bool { return n == x })
+	c := s.add("c", defaultTiming, Options{})
+	c.c.members = &fleetMembers{s: s, id: "c", names: rest}
+	s.run(10 * time.Second)
+	c.stale = true
+	deleted := false
+	for range 200 {
+		s.step()
+		if s.store.get(ClusterLeaseName("fleet", x)) == nil {
+			deleted = true
+			break
+		}
+	}
+	if deleted {
+		t.Errorf("c deleted the Lease of %s while a (alive: %v) runs it", x, !a.down)
+		d := s.add("d", defaultTiming, Options{})
+		_ = d
+		s.run(20 * time.Second)
+		s.rec.noDoubles(t)
+	}
+}
+
+// TestGhostReplicaLeaseKeptByGitOps: a Lease of replica "ghost" (no such
+// process) restored from a backup, and kept by a GitOps tool that
+// re-creates it whenever it is deleted (self-heal).
+func TestGhostReplicaLeaseKeptByGitOps(t *testing.T) {
+	s := newSim(t, 8)
+	s.quiet = true
+	s.add("a", defaultTiming, Options{})
+	s.add("b", defaultTiming, Options{})
+	s.until(30*time.Second, "balanced", s.balanced)
+	ghost := s.store.get(ReplicaLeaseName("fleet", "a")).DeepCopy()
+	ghost.Name = ReplicaLeaseName("fleet", "ghost")
+	ghost.Spec.HolderIdentity = ptr.To("ghost")
+	ghost.Annotations[WriterAnnotation] = "restored"
+	ghost.ResourceVersion, ghost.UID = "", ""
+	s.rec.resetDark()
+	for range 240 { // 60 s
+		if s.store.get(ghost.Name) == nil {
+			s.store.put(ghost)
+		}
+		s.step()
+	}
+	t.Logf("longest dark run over 60 s: %s; owners %v", s.rec.maxDark, s.rec.owners())
+	if !s.settled() {
+		t.Errorf("clusters run nowhere while a ghost replica Lease is kept: %v", s.rec.owners())
+	}
+}
