@@ -90,7 +90,6 @@ type entry struct {
 	at      time.Time // when this version arrived
 }
 
-
 // declared is how long the Lease's holder said its claim lasts after a
 // renewal: its leaseDurationSeconds, bounded by maxLeaseDuration so that a
 // hostile value cannot keep a cluster from running for years; fallback

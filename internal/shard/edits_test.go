@@ -131,7 +131,6 @@ func TestClusterLeaseStrippedOfLabelsRunsAgain(t *testing.T) {
 	}
 }
 
-
 // TestFlakyHostLogsQuietly: the host answers every other renewal (an
 // overloaded API server throttling, a flaky load balancer) for 5 minutes.
 func TestFlakyHostLogsQuietly(t *testing.T) {
@@ -181,7 +180,6 @@ func (m *fleetMembers) StopAll() {
 		m.s.rec.stop(m.id, n, 0)
 	}
 }
-
 
 // TestPinsThatDifferDuringARolloutLeaveNoClusterDark: a rolling update adds a pin; the new
 // replica b has it, the old replica a does not yet.
