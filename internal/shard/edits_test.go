@@ -26,7 +26,7 @@ func clusterOn(s *sim, id string) string {
 // clusters meanwhile. off shifts the edit within a's renewal period.
 func TestReplicaLeaseHolderEditedRunsNoClusterTwice(t *testing.T) {
 	for _, holder := range []string{"", "someone-else", "b"} {
-		for off := 0; off < 4; off++ {
+		for off := range 4 {
 			t.Run(fmt.Sprintf("holder=%q/off=%d", holder, off), func(t *testing.T) {
 				s := newSim(t, 8)
 				s.quiet = true
@@ -76,7 +76,7 @@ func TestWriterAnnotationEditedAwayIsNoDuplicate(t *testing.T) {
 // every retry period (2 s, the default).
 func TestReplicaLeaseDurationEditedRunsNoClusterTwice(t *testing.T) {
 	tm := timing{8 * time.Second, 4 * time.Second, 2 * time.Second}
-	for off := 0; off < 8; off++ {
+	for off := range 8 {
 		s := newSim(t, 8)
 		s.quiet = true
 		s.add("a", tm, Options{})
@@ -167,7 +167,7 @@ type fleetMembers struct {
 }
 
 func (m *fleetMembers) Names() []Member {
-	out := []Member{}
+	out := make([]Member, 0, len(m.names))
 	for _, n := range m.names {
 		out = append(out, Member{Name: n})
 	}
@@ -210,10 +210,10 @@ func TestPinsThatDifferDuringARolloutLeaveNoClusterDark(t *testing.T) {
 // cluster, the other's not yet (a source lagging, a Secret not yet
 // synced). The clusters both know must keep running.
 func TestFleetViewsThatDifferKeepKnownClustersRunning(t *testing.T) {
-	for extra := 0; extra < 6; extra++ {
+	for extra := range 6 {
 		s := newSim(t, 0)
 		s.quiet = true
-		base := []string{}
+		base := make([]string, 0, 12)
 		for i := range 12 {
 			base = append(base, fmt.Sprintf("fleet/c%02d", i))
 		}
