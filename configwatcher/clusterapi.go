@@ -117,9 +117,10 @@ const ClusterAPIClusterNameLabel = "cluster.x-k8s.io/cluster-name"
 // Secrets labelled cluster.x-k8s.io/cluster-name, of which only the "value"
 // of kubeconfig Secrets is kept (Cluster API's CA and service account keys
 // carry the label too, and are dropped as they arrive). The identity the
-// watcher runs as needs list and watch on clusters.cluster.x-k8s.io and on
-// secrets, in the namespaces of ClusterAPIOptions.Namespaces, or
-// cluster-wide without.
+// watcher runs as needs get, list and watch on clusters.cluster.x-k8s.io
+// (get tells a Cluster being deleted from one that stays, when its Secret
+// is gone first), and list and watch on secrets, in the namespaces of
+// ClusterAPIOptions.Namespaces, or cluster-wide without.
 type ClusterAPIWatcher struct {
 	hostCache
 	opts ClusterAPIOptions

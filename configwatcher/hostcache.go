@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -129,6 +130,9 @@ type hostCache struct {
 	markSettled func()
 
 	hostErrs hostErrorFilter
+	// getRefused: leaving has logged that reading past the cache is
+	// refused (once; later refusals at V(1)).
+	getRefused atomic.Bool
 }
 
 // init builds the cache without starting it; start does. h is the
@@ -301,7 +305,8 @@ func (h *hostCache) list(kind string, list client.ObjectList, opts ...client.Lis
 // Secret missing while its owner is still cached is no problem when the
 // owner is leaving too. It asks the host (one GET, bounded by
 // hostLiveTimeout); when the host does not say (unreachable, get
-// forbidden), obj counts as staying.
+// forbidden), obj counts as staying, and a refusal is logged: the right
+// to get is missing.
 func (h *hostCache) leaving(obj client.Object) bool {
 	ctx, cancel := context.WithTimeout(h.ctx, hostLiveTimeout)
 	defer cancel()
@@ -313,6 +318,10 @@ func (h *hostCache) leaving(obj client.Object) bool {
 	switch {
 	case apierrors.IsNotFound(err):
 		return true
+	case (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)) && !h.getRefused.Swap(true):
+		h.log.Info("could not tell whether an object is leaving: reading it is refused; grant get on it so that one deleted with what it names leaves without an error",
+			"object", obj.GetNamespace()+"/"+obj.GetName(), "error", config.RedactError(err))
+		return false
 	case err != nil:
 		h.log.V(1).Info("could not tell whether an object is leaving", "object", obj.GetNamespace()+"/"+obj.GetName(), "error", config.RedactError(err))
 		return false

@@ -101,12 +101,15 @@ func kubeFedClusterReady(kfc *kubefedv1beta1.KubeFedCluster) bool {
 
 // kubeFedTransform trims objects before they enter the cache: managed
 // fields go, and Secrets keep only what the watcher reads, so that other
-// credentials in the namespace are not held in memory.
+// credentials in the namespace are not held in memory: their token and CA
+// data, and no annotation (kubectl's last-applied-configuration, on a
+// Secret made with kubectl apply, holds the whole Secret).
 func kubeFedTransform(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
 	}
 	if s, ok := obj.(*corev1.Secret); ok {
+		s.Annotations = nil
 		for k := range s.Data {
 			if k != kubeFedTokenKey && k != kubeFedCAKey {
 				delete(s.Data, k)
