@@ -76,10 +76,12 @@ type entry struct {
 	id string
 	// since is when this replica first saw rec (its local clock).
 	since time.Time
-	// floor is when the claims of the records seen before rec ran out, by
-	// the durations they declared: a new record (a hand edit of the
-	// holder's duration, say) never ends a claim sooner than its holder
-	// said it would.
+	// floor is, for a replica's Lease, when the claims of the records seen
+	// before rec ran out, by the durations they declared: a new record (a
+	// hand edit of the replica's duration, say) never ends its claim
+	// sooner than it said it would. (A cluster's Lease stands while its
+	// holder's replica Lease does; a handover to a replica with a shorter
+	// duration must not inherit the longer one.)
 	floor time.Time
 	// gone: the Lease was deleted. A replica's Lease is kept that way
 	// while its claim may still stand (its holder may still run clusters).
@@ -241,7 +243,7 @@ func (c *cache) putLocked(l *coordinationv1.Lease, watched, read bool) (changed 
 		}
 		if old.rec == e.rec {
 			e.since, e.floor = old.since, old.floor
-		} else if old.role == e.role {
+		} else if old.role == RoleReplica && e.role == RoleReplica {
 			e.floor = old.until(c.fallback)
 		}
 		if !old.gone {
