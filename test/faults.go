@@ -25,7 +25,9 @@ var ErrFaultProxyClosed = errors.New("test: fault proxy closed")
 // back (LoseAnswers), a slow link (SetLatency). Point a controller at
 // Config instead of the API server's own config, let it work, switch a
 // fault on, and check what it did. A fault applies at once to the open
-// connections and to every new one, until the next mode change.
+// connections and to every new one, until the next mode change. Its
+// methods may be called from any goroutine; mode changes made at once
+// apply one after the other.
 //
 // Bytes pass through untouched, TLS included: the client verifies the API
 // server's own certificate (Config keeps the server's name for that) and
@@ -36,6 +38,10 @@ type FaultProxy struct {
 	target string // the API server's host:port
 	addr   string // the proxy's 127.0.0.1:port
 	cfg    *rest.Config
+
+	// modeMu serializes the mode changes, listening again included, so
+	// that two of them leaving Refuse at once do not both listen.
+	modeMu sync.Mutex
 
 	mu       sync.Mutex
 	ln       net.Listener // nil while refusing, or once closed
@@ -260,6 +266,8 @@ func (p *FaultProxy) Close() error {
 }
 
 func (p *FaultProxy) setMode(m faultMode) error {
+	p.modeMu.Lock()
+	defer p.modeMu.Unlock()
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -298,9 +306,8 @@ func (p *FaultProxy) relisten(m faultMode) error {
 		ln, err := net.Listen("tcp", p.addr)
 		if err == nil {
 			p.mu.Lock()
-			if p.closed || p.ln != nil || p.mode == modeRefuse {
-				// Closed, refusing again, or listening already (a
-				// concurrent mode change won).
+			if p.closed {
+				// Closed meanwhile.
 				p.mu.Unlock()
 				_ = ln.Close()
 				return nil
@@ -309,6 +316,12 @@ func (p *FaultProxy) relisten(m faultMode) error {
 			p.wg.Add(1)
 			p.mu.Unlock()
 			go p.accept(ln)
+			return nil
+		}
+		p.mu.Lock()
+		closed := p.closed
+		p.mu.Unlock()
+		if closed {
 			return nil
 		}
 		if time.Now().After(deadline) {

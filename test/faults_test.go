@@ -388,3 +388,34 @@ func TestStartFaultProxyRejectsABadHost(t *testing.T) {
 		t.Fatal("a proxy for a malformed host started")
 	}
 }
+
+// TestFaultProxyLeavesRefuseOnceUnderConcurrentModeChanges: mode changes
+// that leave Refuse at the same time listen once, and none of them fails.
+func TestFaultProxyLeavesRefuseOnceUnderConcurrentModeChanges(t *testing.T) {
+	e := newEchoServer(t)
+	p := test.NewFaultProxy(t, e.config())
+	for i := range 200 {
+		p.Refuse()
+		var (
+			wg    sync.WaitGroup
+			errs  [4]error
+			start = make(chan struct{})
+		)
+		for j, leave := range []func() error{p.Pass, p.Freeze, p.Pass, p.LoseAnswers} {
+			wg.Go(func() {
+				<-start
+				errs[j] = leave()
+			})
+		}
+		close(start)
+		wg.Wait()
+		if err := errors.Join(errs[:]...); err != nil {
+			t.Fatalf("round %d: leaving Refuse concurrently: %v", i, err)
+		}
+		c, err := net.Dial("tcp", p.Address())
+		if err != nil {
+			t.Fatalf("round %d: the proxy does not listen after leaving Refuse: %v", i, err)
+		}
+		_ = c.Close()
+	}
+}
