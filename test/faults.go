@@ -170,8 +170,11 @@ func (p *FaultProxy) Pass() error { return p.setMode(modePass) }
 // new ones are accepted, but no byte goes through either way, and nothing
 // is closed, so every call hangs until its own timeout. Bytes sent
 // meanwhile are held (up to a bound, then TCP's flow control stalls the
-// sender) and delivered if Pass follows. A frozen new connection does not
-// reach the API server at all.
+// sender) and delivered if Pass follows. A side that closes or resets its
+// connection meanwhile is held the same way: the other side learns of it
+// only after Pass, once the bytes sent before have been delivered. A
+// frozen new connection does not reach the API server at all. Cut and
+// Close still reset frozen connections at once.
 func (p *FaultProxy) Freeze() error { return p.setMode(modeFreeze) }
 
 // Refuse makes the API server look down: open connections are reset and
@@ -402,10 +405,13 @@ type proxyConn struct {
 	wg sync.WaitGroup // readers and senders
 }
 
+// chunk is what a reader read: bytes, or how its side ended (an orderly
+// end, or a reset or other error).
 type chunk struct {
-	data []byte
-	at   time.Time
-	eof  bool
+	data  []byte
+	at    time.Time
+	eof   bool
+	reset bool
 }
 
 // direction is a sender's side of the proxy.
@@ -480,7 +486,8 @@ func (c *proxyConn) dial() (net.Conn, error) {
 }
 
 // read reads src into chunks until it ends. An orderly end is passed on
-// as an eof chunk; an error cuts the connection.
+// as an eof chunk, a reset (or any other error) as a reset chunk, in order
+// after the bytes, so that a frozen connection hides it too.
 func (c *proxyConn) read(src net.Conn, out chan<- chunk) {
 	buf := make([]byte, chunkSize)
 	for {
@@ -496,20 +503,22 @@ func (c *proxyConn) read(src net.Conn, out chan<- chunk) {
 		if err == nil {
 			continue
 		}
-		if errors.Is(err, io.EOF) {
-			select {
-			case out <- chunk{eof: true, at: time.Now()}:
-			case <-c.ctx.Done():
-			}
-			return
+		if c.ctx.Err() != nil {
+			return // cut: the error is the proxy's own doing
 		}
-		c.cut()
+		end := chunk{eof: errors.Is(err, io.EOF), at: time.Now()}
+		end.reset = !end.eof
+		select {
+		case out <- end:
+		case <-c.ctx.Done():
+		}
 		return
 	}
 }
 
-// send delivers the chunks of one direction. Toward the client, in
-// LoseAnswers, it drops them instead and cuts the connection a little
+// send delivers the chunks of one direction, and a reset of one side as a
+// reset of the other, when it comes due. Toward the client, in
+// LoseAnswers, it drops the bytes instead and cuts the connection a little
 // later; once a byte is lost, every later one is too.
 func (c *proxyConn) send(dir direction, in <-chan chunk) {
 	var (
@@ -537,6 +546,10 @@ func (c *proxyConn) send(dir direction, in <-chan chunk) {
 		}
 		mode, ok := c.hold(ch, cutAt)
 		if !ok {
+			return
+		}
+		if ch.reset {
+			c.cut()
 			return
 		}
 		if dir == toClient && (mode == modeLoseAnswers || losing != nil) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -417,5 +418,61 @@ func TestFaultProxyLeavesRefuseOnceUnderConcurrentModeChanges(t *testing.T) {
 			t.Fatalf("round %d: the proxy does not listen after leaving Refuse: %v", i, err)
 		}
 		_ = c.Close()
+	}
+}
+
+// TestFaultProxyFreezeHidesResets: a side that resets its connection while
+// frozen leaves the other side's open and silent, as a partition does;
+// Pass resets it.
+func TestFaultProxyFreezeHidesResets(t *testing.T) {
+	for _, resets := range []string{"client", "server"} {
+		t.Run(resets, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = ln.Close() }()
+			p := test.NewFaultProxy(t, &rest.Config{Host: "http://" + ln.Addr().String()})
+			client, err := net.Dial("tcp", p.Address())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = client.Close() }()
+			if _, err := io.WriteString(client, "hi"); err != nil {
+				t.Fatal(err)
+			}
+			server, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = server.Close() }()
+			if _, err := io.ReadFull(server, make([]byte, 2)); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Freeze(); err != nil {
+				t.Fatal(err)
+			}
+			gone, other := client, server
+			if resets == "server" {
+				gone, other = server, client
+			}
+			_ = gone.(*net.TCPConn).SetLinger(0)
+			_ = gone.Close() // a reset
+			_ = other.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+			if n, err := other.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("while frozen, the %s's peer read %d bytes, %v; want nothing until its deadline", resets, n, err)
+			}
+			if st := p.Stats(); st.Open != 1 {
+				t.Errorf("while frozen, %d connections open, want the one whose %s reset", st.Open, resets)
+			}
+			if err := p.Pass(); err != nil {
+				t.Fatal(err)
+			}
+			_ = other.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if n, err := other.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("after Pass, the %s's peer read %d bytes, %v; want a reset", resets, n, err)
+			}
+			test.Eventually(t, 5*time.Second, "the reset connection is closed", func() bool { return p.Stats().Open == 0 })
+		})
 	}
 }
