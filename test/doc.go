@@ -88,6 +88,12 @@
 //	_ = p.LoseAnswers() // writes are applied, their answers never arrive
 //	p.SetLatency(200 * time.Millisecond)
 //
+// Under LoseAnswers, a write larger than the API server's HTTP/2
+// flow-control window for one stream (256 KiB for kube-apiserver) reaches
+// it only in part over HTTP/2, which Config's clients speak, and is not
+// applied: give the controller HTTP1Config instead to lose the answers of
+// writes of any size.
+//
 // An OwnershipRecorder follows which replica ran which cluster over a
 // whole run, for sharded controllers, whose promise is that a cluster has
 // at most one owner at any instant and is never without one for long. Its

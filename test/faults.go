@@ -152,8 +152,23 @@ func NewFaultProxy(tb testing.TB, target *rest.Config) *FaultProxy {
 }
 
 // Config returns a copy of the target config that reaches the API server
-// through the proxy. Each call returns a new copy.
+// through the proxy. Each call returns a new copy. Its clients speak what
+// the target's would: HTTP/2 to an API server over TLS, as client-go does
+// by default. HTTP1Config is the same limited to HTTP/1.1, for LoseAnswers
+// on large writes.
 func (p *FaultProxy) Config() *rest.Config { return rest.CopyConfig(p.cfg) }
+
+// HTTP1Config is Config with HTTP/1.1 as the only protocol its clients
+// offer the API server (TLSClientConfig.NextProtos), unless the target
+// config brings a Transport of its own, which ignores that. Under
+// LoseAnswers, a write through it reaches the API server whatever its
+// size; over HTTP/2 a write larger than the API server's flow-control
+// window does not (see LoseAnswers). Each call returns a new copy.
+func (p *FaultProxy) HTTP1Config() *rest.Config {
+	cfg := p.Config()
+	cfg.NextProtos = []string{"http/1.1"}
+	return cfg
+}
 
 // Address is the proxy's host:port on 127.0.0.1.
 func (p *FaultProxy) Address() string { return p.addr }
@@ -194,6 +209,16 @@ func (p *FaultProxy) Refuse() {
 // mode loses the API server's half of its TLS handshake and fails before
 // any request is sent; the fault hits connections already open, which is
 // where a client sends its calls.
+//
+// Over HTTP/2, which a client of Config speaks, that holds only for a
+// request whose body fits in the API server's flow-control window for one
+// stream (256 KiB for kube-apiserver): the client sends the rest of a
+// larger body only once the API server's window updates reach it, and the
+// proxy loses them with the answers (under TLS it cannot tell them
+// apart). The API server then gets part of the request and applies
+// nothing, and the call fails when the connection ends. Over HTTP/1.1 the
+// API server needs nothing from its side to read a whole request: give
+// the client HTTP1Config to lose the answers of writes of any size.
 func (p *FaultProxy) LoseAnswers() error { return p.setMode(modeLoseAnswers) }
 
 // SetLatency delays every chunk of bytes, in both directions, by d from

@@ -3,10 +3,13 @@ package test_test
 import (
 	"bytes"
 	"context"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -144,40 +147,125 @@ func TestFaultProxyRefuse(t *testing.T) {
 	mustGet(t, cs, "Get after Pass")
 }
 
+// TestFaultProxyLoseAnswers: a create whose answer is lost is applied,
+// and its caller gets an error soon, not at its timeout. Over HTTP/2 (Config)
+// that holds for a small write; over HTTP/1.1 (HTTP1Config) for a write
+// larger than kube-apiserver's HTTP/2 window for one stream (256 KiB).
 func TestFaultProxyLoseAnswers(t *testing.T) {
-	ctx := t.Context()
-	p := test.NewFaultProxy(t, fleet.Cluster("one").Config)
-	cs, _ := proxyClient(t, p.Config())
-	mustGet(t, cs, "Get before losing answers")
+	for _, tc := range []struct {
+		name   string
+		config func(*test.FaultProxy) *rest.Config
+		size   int
+	}{
+		{"small write over HTTP2", (*test.FaultProxy).Config, 1 << 10},
+		{"large write over HTTP1.1", (*test.FaultProxy).HTTP1Config, 600 << 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			p := test.NewFaultProxy(t, fleet.Cluster("one").Config)
+			cs, _ := proxyClient(t, tc.config(p))
+			mustGet(t, cs, "Get before losing answers")
+			if err := p.LoseAnswers(); err != nil {
+				t.Fatal(err)
+			}
+			name := test.NamespaceName(t)
+			cm := &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+				Data:       map[string]string{"data": strings.Repeat("x", tc.size)},
+			}
+			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			begin := time.Now()
+			_, err := cs.CoreV1().ConfigMaps("default").Create(cctx, cm, metav1.CreateOptions{})
+			took := time.Since(begin)
+			if err == nil {
+				t.Fatal("Create whose answer was lost succeeded")
+			}
+			if cctx.Err() != nil {
+				t.Fatalf("Create whose answer was lost hung for %s: %v", took, err)
+			}
+			t.Logf("Create failed after %s: %v", took, err)
+			admin := fleet.Cluster("one").AdminClient(t)
+			got := &corev1.ConfigMap{}
+			if err := admin.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, got); err != nil {
+				t.Fatalf("the Create whose answer was lost was not applied: %v", err)
+			}
+			if len(got.Data["data"]) != tc.size {
+				t.Errorf("the ConfigMap created holds %d bytes, want %d", len(got.Data["data"]), tc.size)
+			}
+			if p.Stats().Lost == 0 {
+				t.Error("no byte counted as lost")
+			}
+			test.Eventually(t, 5*time.Second, "the connection that lost answers is cut", func() bool { return p.Stats().Open == 0 })
+			if err := p.Pass(); err != nil {
+				t.Fatal(err)
+			}
+			mustGet(t, cs, "Get after Pass")
+		})
+	}
+}
+
+// TestFaultProxyLoseAnswersAppliesALargeWriteOverHTTP1: through
+// HTTP1Config, a write larger than any HTTP/2 window reaches a server that
+// offers HTTP/2 whole, and once, while its caller gets an error.
+func TestFaultProxyLoseAnswersAppliesALargeWriteOverHTTP1(t *testing.T) {
+	const size = 4 << 20
+	var started, applied atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			_, _ = io.WriteString(w, "ok")
+			return
+		}
+		started.Add(1)
+		if r.ProtoMajor != 1 {
+			t.Errorf("the write came over %s, want HTTP/1.1", r.Proto)
+		}
+		if n, err := io.Copy(io.Discard, r.Body); err == nil && n == size {
+			applied.Add(1)
+		}
+		_, _ = io.WriteString(w, "applied")
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	p := test.NewFaultProxy(t, &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{CAData: ca}})
+	cfg := p.HTTP1Config()
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.CloseIdleConnections()
+	call := func(method string, body io.Reader) error {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, method, cfg.Host+"/", body)
+		if err != nil {
+			return err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		_, err = io.ReadAll(resp.Body)
+		if ctx.Err() != nil {
+			t.Fatalf("%s hung until its timeout", method)
+		}
+		return err
+	}
+	if err := call(http.MethodGet, nil); err != nil {
+		t.Fatal(err)
+	}
 	if err := p.LoseAnswers(); err != nil {
 		t.Fatal(err)
 	}
-	name := test.NamespaceName(t)
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
-	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	begin := time.Now()
-	_, err := cs.CoreV1().ConfigMaps("default").Create(cctx, cm, metav1.CreateOptions{})
-	took := time.Since(begin)
-	if err == nil {
-		t.Fatal("Create whose answer was lost succeeded")
+	if err := call(http.MethodPost, bytes.NewReader(bytes.Repeat([]byte("x"), size))); err == nil {
+		t.Fatal("a write whose answer was lost succeeded")
 	}
-	if cctx.Err() != nil {
-		t.Fatalf("Create whose answer was lost hung for %s: %v", took, err)
+	if n, m := started.Load(), applied.Load(); n != 1 || m != 1 {
+		t.Fatalf("the write reached the server %d times and was applied whole %d times, want once; stats %+v", n, m, p.Stats())
 	}
-	t.Logf("Create failed after %s: %v", took, err)
-	admin := fleet.Cluster("one").AdminClient(t)
-	if err := admin.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &corev1.ConfigMap{}); err != nil {
-		t.Fatalf("the Create whose answer was lost was not applied: %v", err)
-	}
-	if p.Stats().Lost == 0 {
-		t.Error("no byte counted as lost")
-	}
-	test.Eventually(t, 5*time.Second, "the connection that lost answers is cut", func() bool { return p.Stats().Open == 0 })
-	if err := p.Pass(); err != nil {
-		t.Fatal(err)
-	}
-	mustGet(t, cs, "Get after Pass")
 }
 
 func TestFaultProxyLatency(t *testing.T) {
