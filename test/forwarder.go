@@ -57,6 +57,9 @@ func init() {
 	os.Exit(0)
 }
 
+// acceptPauseMax bounds the pause of a port's accept loop after an error.
+const acceptPauseMax = time.Second
+
 // backendDialTimeout bounds the forwarder's dial of an API server; a
 // client's connection that cannot be forwarded is closed.
 const backendDialTimeout = 10 * time.Second
@@ -137,12 +140,22 @@ func listenPort(backend string) (*port, error) {
 	return p, nil
 }
 
+// accept serves the port's connections until its listener is closed. On
+// any other error (out of file descriptors, say) it tries again after a
+// pause that doubles up to a second, as net/http's Server does.
 func (p *port) accept() {
+	var pause time.Duration
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
-			return // closed
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			pause = min(max(2*pause, 5*time.Millisecond), acceptPauseMax)
+			time.Sleep(pause)
+			continue
 		}
+		pause = 0
 		if !p.track(c, true) {
 			return
 		}

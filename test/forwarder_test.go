@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -178,5 +179,55 @@ func TestForwarderRefusesBadCommandsAndStops(t *testing.T) {
 	}
 	if _, err := fw.listen("127.0.0.1:1"); !errors.Is(err, errForwarderStopped) {
 		t.Fatalf("listen after stop: %v, want errForwarderStopped", err)
+	}
+}
+
+// flakyListener fails its first Accepts as a process out of file
+// descriptors does.
+type flakyListener struct {
+	net.Listener
+	fails atomic.Int32
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if l.fails.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+func TestForwarderPortAcceptsAgainAfterAnError(t *testing.T) {
+	backend := echoServer(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &flakyListener{Listener: ln}
+	fl.fails.Store(3)
+	p := &port{addr: ln.Addr().String(), backend: backend, ln: fl, conns: map[net.Conn]struct{}{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.accept()
+	}()
+	defer func() {
+		p.close()
+		<-done
+	}()
+	c, err := net.Dial("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "hi\n"); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || line != "hi\n" {
+		t.Fatalf("through a port whose listener failed 3 times: read %q, %v; want the echo", line, err)
+	}
+	if accepted, _ := p.stats(); accepted != 1 {
+		t.Errorf("%d connections accepted, want 1", accepted)
 	}
 }
