@@ -57,6 +57,9 @@ type ownershipSpan struct {
 	replica, cluster string
 	start, stop      time.Time
 	stopped          bool
+	// ending, once set, is the Manager's Stopped channel: the span ends
+	// when it closes.
+	ending <-chan struct{}
 }
 
 func (r *OwnershipRecorder) now() time.Time {
@@ -103,12 +106,40 @@ func (r *OwnershipRecorder) end(s *ownershipSpan) {
 	}
 }
 
+// endWith ends the span s once stopped closes.
+func (r *OwnershipRecorder) endWith(s *ownershipSpan, stopped <-chan struct{}) {
+	r.mu.Lock()
+	s.ending = stopped
+	r.mu.Unlock()
+	go func() {
+		<-stopped
+		r.end(s)
+	}()
+}
+
+// settleLocked ends the spans whose Manager has stopped by now, so that
+// what is read right after a Manager stopped sees it stopped, before the
+// goroutine that waits for it has run.
+func (r *OwnershipRecorder) settleLocked() {
+	for _, s := range r.spans {
+		if s.stopped || s.ending == nil {
+			continue
+		}
+		select {
+		case <-s.ending:
+			s.stop, s.stopped = r.now(), true
+		default:
+		}
+	}
+}
+
 // Owners returns the replicas that run cluster now, sorted; a replica
 // appears once per span it has open. Tests wait on it (with Eventually)
 // for a handover to complete.
 func (r *OwnershipRecorder) Owners(cluster string) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.settleLocked()
 	var owners []string
 	for _, s := range r.spans {
 		if !s.stopped && s.cluster == cluster {
@@ -144,8 +175,9 @@ func (r *OwnershipRecorder) Setup(replica string) func(ctrl.Manager) error {
 // whose Manager runs; a Manager that runs controllers only while elected
 // owns nothing until then, and should record with Start and Stop instead.
 // Added by Setup to a Server's member, ownership ends once the Manager has
-// stopped completely, its controllers' last Reconcile returned; elsewhere,
-// when the runnable's context ends, when the Manager begins to stop.
+// stopped completely, its controllers' last Reconcile returned (Owners and
+// Report called once it has see it ended); elsewhere, when the runnable's
+// context ends, when the Manager begins to stop.
 func (r *OwnershipRecorder) Runnable(replica, cluster string) manager.Runnable {
 	return &ownershipRunnable{rec: r, replica: replica, cluster: cluster}
 }
@@ -175,10 +207,7 @@ func (o *ownershipRunnable) Start(ctx context.Context) error {
 	}
 	// The Manager stops once this returns, along with its controllers: its
 	// ownership ends then, not now.
-	go func() {
-		<-o.stopped
-		o.rec.end(s)
-	}()
+	o.rec.endWith(s, o.stopped)
 	return nil
 }
 
@@ -192,6 +221,7 @@ func (o *ownershipRunnable) Start(ctx context.Context) error {
 // before the replicas stop.
 func (r *OwnershipRecorder) Report(from, to time.Time, clusters ...string) OwnershipReport {
 	r.mu.Lock()
+	r.settleLocked()
 	spans := make([]ownershipSpan, 0, len(r.spans))
 	for _, s := range r.spans {
 		spans = append(spans, *s)

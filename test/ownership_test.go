@@ -11,6 +11,7 @@ import (
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/mccr-dev/mccr/known"
@@ -359,6 +360,57 @@ func TestOwnershipRecorderOnServers(t *testing.T) {
 	for _, o := range one.Owned {
 		if o.Owners[0] == "r1" && o.To.Before(returned) {
 			t.Errorf("r1's ownership ended %s before its Manager's last runnable returned", returned.Sub(o.To))
+		}
+	}
+}
+
+// fakeMember is as much of a Server's member Manager as Setup uses.
+type fakeMember struct {
+	ctrl.Manager
+	stopped chan struct{}
+	added   []manager.Runnable
+}
+
+func (m *fakeMember) Add(r manager.Runnable) error {
+	m.added = append(m.added, r)
+	return nil
+}
+
+func (m *fakeMember) Stopped() <-chan struct{} { return m.stopped }
+
+// TestOwnershipEndsAsSeenOnceTheMemberStopped: Owners and Report called
+// right after a member Manager has stopped see its ownership ended.
+func TestOwnershipEndsAsSeenOnceTheMemberStopped(t *testing.T) {
+	rec := &test.OwnershipRecorder{}
+	from := time.Now()
+	for i := range 100 {
+		m := &fakeMember{stopped: make(chan struct{})}
+		if err := rec.Setup("r1")(m); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(known.WithCluster(t.Context(), "east"))
+		errc := make(chan error, 1)
+		go func() { errc <- m.added[0].Start(ctx) }()
+		test.Eventually(t, 5*time.Second, "r1 owns east", func() bool { return slices.Equal(rec.Owners("east"), []string{"r1"}) })
+		cancel()
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		if got := rec.Owners("east"); !slices.Equal(got, []string{"r1"}) {
+			t.Fatalf("round %d: once the runnable returned, before its Manager stopped, east is owned by %q, want r1", i, got)
+		}
+		close(m.stopped)
+		if i%2 == 0 {
+			if got := rec.Owners("east"); len(got) != 0 {
+				t.Fatalf("round %d: right after the Manager stopped, east is owned by %q", i, got)
+			}
+			continue
+		}
+		rep := rec.Report(from, time.Now().Add(time.Minute), "east")
+		for _, o := range rep.Clusters[0].Owned {
+			if o.Open {
+				t.Fatalf("round %d: right after the Manager stopped, the report has a span still open:\n%s", i, rep)
+			}
 		}
 	}
 }
