@@ -218,7 +218,8 @@ func (o *ownershipRunnable) Start(ctx context.Context) error {
 //
 // Pick from once every cluster should be owned (after the replicas have
 // started and settled), or the startup shows as a dark interval; and to
-// before the replicas stop.
+// before the replicas stop. A report whose to is before its from covers
+// nothing, and its Check fails.
 func (r *OwnershipRecorder) Report(from, to time.Time, clusters ...string) OwnershipReport {
 	r.mu.Lock()
 	r.settleLocked()
@@ -398,8 +399,12 @@ func latest(a, b time.Time) time.Time {
 // run, none was without an owner for longer than maxDark, and every Stop
 // ended a Start; otherwise an error naming every cluster and interval at
 // fault (errors.Is ErrOwnershipOverlap, ErrOwnershipDark,
-// ErrOwnershipUnmatched).
+// ErrOwnershipUnmatched). A run that ends before it starts, which checks
+// nothing, is an error too.
 func (r OwnershipReport) Check(maxDark time.Duration) error {
+	if r.To.Before(r.From) {
+		return fmt.Errorf("test: ownership: the run ends at %s, before it starts at %s: nothing to check", r.To.Format(time.RFC3339Nano), r.From.Format(time.RFC3339Nano))
+	}
 	var errs []error
 	for _, c := range r.Clusters {
 		for _, o := range c.Overlaps {

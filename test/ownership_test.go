@@ -414,3 +414,19 @@ func TestOwnershipEndsAsSeenOnceTheMemberStopped(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnershipCheckFailsARunThatEndsBeforeItStarts: from and to swapped
+// check nothing, and Check says so instead of passing.
+func TestOwnershipCheckFailsARunThatEndsBeforeItStarts(t *testing.T) {
+	clock := newFakeClock()
+	t0 := clock.Now()
+	rec := &test.OwnershipRecorder{Now: clock.Now}
+	rec.Start("r1", "east")
+	rec.Start("r2", "east") // two owners from the start
+	if err := rec.Report(t0, t0.Add(sec(10))).Check(time.Second); !errors.Is(err, test.ErrOwnershipOverlap) {
+		t.Fatalf("Check of the run: %v, want an overlap", err)
+	}
+	if err := rec.Report(t0.Add(sec(10)), t0).Check(time.Second); err == nil {
+		t.Fatal("Check of a run that ends before it starts passed")
+	}
+}
