@@ -22,10 +22,14 @@ import (
 // The benchmarks' Server has 20 members, b00…b19, spread over the fleet's
 // three API servers: each name has its own Manager and caches, as 20 real
 // clusters would. Their caches hold these namespaces, each with as many
-// ConfigMaps in every API server as its name says.
+// ConfigMaps in every API server as its name says. Those of
+// benchAnnotated carry annotations, as most objects do (a controller's,
+// kubectl's).
 const benchMembers = 20
 
-var benchNamespaces = map[string]int{"bench-get": 1, "bench-10": 10, "bench-40": 40, "bench-200": 200}
+var benchNamespaces = map[string]int{"bench-get": 1, "bench-10": 10, "bench-40": 40, "bench-200": 200, benchAnnotated: 10}
+
+const benchAnnotated = "bench-annotated"
 
 var bench struct {
 	once  sync.Once
@@ -56,6 +60,12 @@ func startBenchServer(b *testing.B) (*server.Server, []string, error) {
 			for i := range n {
 				cm := configMap(ns, fmt.Sprintf("obj-%03d", i), map[string]string{"index": fmt.Sprint(i), "cluster": cl})
 				cm.Labels = map[string]string{"app": "bench", "tier": "data"}
+				if ns == benchAnnotated {
+					cm.Annotations = map[string]string{
+						"app.kubernetes.io/managed-by":                     "bench",
+						"kubectl.kubernetes.io/last-applied-configuration": `{"apiVersion":"v1","kind":"ConfigMap"}`,
+					}
+				}
 				if err := a.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
 					return nil, nil, err
 				}
@@ -158,7 +168,7 @@ func BenchmarkList(b *testing.B) {
 // BenchmarkListFleet lists across 1, 5 and 20 members: first with 10 items
 // in every member (the work grows with the fleet), then with 200 items in
 // all, spread over the members (the work stays the same; what grows is the
-// fan-out's own cost).
+// fan-out's own cost); and with 10 annotated items in every member.
 func BenchmarkListFleet(b *testing.B) {
 	srv, names := benchServer(b)
 	c := srv.GetClient()
@@ -181,4 +191,5 @@ func BenchmarkListFleet(b *testing.B) {
 	}{{1, "bench-200"}, {5, "bench-40"}, {20, "bench-10"}} {
 		b.Run(fmt.Sprintf("total=200/clusters=%d", bc.n), func(b *testing.B) { run(b, bc.n, bc.ns, 200) })
 	}
+	b.Run("annotated/per-cluster=10/clusters=20", func(b *testing.B) { run(b, 20, benchAnnotated, 200) })
 }

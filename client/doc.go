@@ -122,12 +122,14 @@
 //	}
 //
 // The annotation exists only on the returned copies. Members' caches are
-// never marked (also with client.UnsafeDisableDeepCopy, where the items
-// share memory with the caches: the annotation is then set on copies of
-// their annotation maps), and Create, Update and Patch, and Update and
-// Patch of Status() and SubResource(name), remove it from the object before
-// sending it, so a listed item can be written back as is without the
-// annotation ever reaching an API server. A patch never mentions it,
+// never marked, also when the items share memory with the caches
+// (client.UnsafeDisableDeepCopy among the List's options, or a cache that
+// does not copy: cache.Options.DefaultUnsafeDisableDeepCopy, or
+// UnsafeDisableDeepCopy in ByObject): the annotation is always set on
+// copies of the maps that hold it. Create, Update and Patch, and Update
+// and Patch of Status() and SubResource(name), remove it from the object
+// before sending it, so a listed item can be written back as is without
+// the annotation ever reaching an API server. A patch never mentions it,
 // whatever its type (escaped or not): one computed from a listed item
 // (client.MergeFrom of it) changes the annotations the caller changed and
 // no other, and one of an object that is no listed item (read with a

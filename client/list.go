@@ -51,7 +51,7 @@ var (
 // known.WithClusters) concurrently and merges the items, marking each with
 // known.ClusterAnnotation.
 func (c *Client) listFleet(ctx context.Context, list crclient.ObjectList, opts []crclient.ListOption) error {
-	partial, fwd, shared, err := fleetListOptions(opts)
+	partial, fwd, err := fleetListOptions(opts)
 	if err != nil {
 		return err
 	}
@@ -89,7 +89,7 @@ func (c *Client) listFleet(ctx context.Context, list crclient.ObjectList, opts [
 	}
 	errs := make([]error, len(live))
 	listOne := func(j int) {
-		errs[j] = c.listMember(ctx, targets[live[j]], lists[j], fwd, shared)
+		errs[j] = c.listMember(ctx, targets[live[j]], lists[j], fwd)
 	}
 	// The caller works through the clusters itself, helped by one
 	// goroutine per other cluster taking the next one not yet taken. Cached
@@ -157,10 +157,10 @@ func (c *Client) listFleet(ctx context.Context, list crclient.ObjectList, opts [
 }
 
 // fleetListOptions sorts out a fleet-wide List's options: the caller's
-// Partial, if any (its Failed reset), the options to forward to each
-// cluster (all but Partial), and whether they set UnsafeDisableDeepCopy.
-// Pagination is ErrFleetPagination, before Partial is touched.
-func fleetListOptions(opts []crclient.ListOption) (*Partial, []crclient.ListOption, bool, error) {
+// Partial, if any (its Failed reset), and the options to forward to each
+// cluster (all but Partial). Pagination is ErrFleetPagination, before
+// Partial is touched.
+func fleetListOptions(opts []crclient.ListOption) (*Partial, []crclient.ListOption, error) {
 	var partial *Partial
 	var lo crclient.ListOptions
 	for _, o := range opts {
@@ -171,7 +171,7 @@ func fleetListOptions(opts []crclient.ListOption) (*Partial, []crclient.ListOpti
 		o.ApplyToList(&lo)
 	}
 	if lo.Limit > 0 || lo.Continue != "" {
-		return nil, nil, false, ErrFleetPagination
+		return nil, nil, ErrFleetPagination
 	}
 	fwd := opts
 	if partial != nil {
@@ -182,23 +182,22 @@ func fleetListOptions(opts []crclient.ListOption) (*Partial, []crclient.ListOpti
 			return ok
 		})
 	}
-	shared := lo.UnsafeDisableDeepCopy != nil && *lo.UnsafeDisableDeepCopy
-	return partial, fwd, shared, nil
+	return partial, fwd, nil
 }
 
 // listMember lists cluster m of a fleet-wide List into list and marks the
-// items (see markItems for shared). It returns errLeftFleet when the
-// cluster left the fleet during the call, and the cluster's error (wrapping
+// items (markItems). It returns errLeftFleet when the cluster left the
+// fleet during the call, and the cluster's error (wrapping
 // ErrClusterUnreachable) when it was marked unreachable while the List
 // waited on it.
-func (c *Client) listMember(ctx context.Context, m Member, list crclient.ObjectList, fwd []crclient.ListOption, shared bool) error {
+func (c *Client) listMember(ctx context.Context, m Member, list crclient.ObjectList, fwd []crclient.ListOption) error {
 	for retried := false; ; retried = true {
 		lctx, done := routeContext(ctx, m.waitContext())
 		err := m.Client.List(lctx, list, fwd...)
 		done()
 		switch {
 		case err == nil:
-			return markItems(list, m.Name, shared)
+			return markItems(list, m.Name)
 		case ctx.Err() != nil:
 			return err
 		case !memberStopped(m, err):
@@ -314,38 +313,53 @@ func emptyListLike(list crclient.ObjectList) crclient.ObjectList {
 	return out
 }
 
-// markItems sets known.ClusterAnnotation on every item of l. With shared
-// set (client.UnsafeDisableDeepCopy), the items share their maps with the
-// member's cache, so they are copied before being written to.
-func markItems(l crclient.ObjectList, cluster string, shared bool) error {
+// markItems sets known.ClusterAnnotation on every item of l. The items may
+// share their maps with the member's cache, which hands out its objects
+// without copying them when told so (client.UnsafeDisableDeepCopy among
+// the List's options, or the cache's own DefaultUnsafeDisableDeepCopy or
+// ByObject UnsafeDisableDeepCopy, which the List cannot see): the
+// annotation is set on copies of the maps it changes, never on the maps
+// themselves.
+func markItems(l crclient.ObjectList, cluster string) error {
 	return meta.EachListItem(l, func(obj runtime.Object) error {
-		if u, ok := obj.(*unstructured.Unstructured); ok && shared {
-			u.Object = runtime.DeepCopyJSON(u.Object)
-			markObject(u, cluster, false)
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			markUnstructured(u, cluster)
 			return nil
 		}
 		m, err := meta.Accessor(obj)
 		if err != nil {
 			return err
 		}
-		markObject(m, cluster, shared)
+		m.SetAnnotations(withMark(m.GetAnnotations(), cluster))
 		return nil
 	})
 }
 
-func markObject(m interface {
-	GetAnnotations() map[string]string
-	SetAnnotations(map[string]string)
-}, cluster string, shared bool) {
-	a := m.GetAnnotations()
-	switch {
-	case a == nil:
-		a = make(map[string]string, 1)
-	case shared:
-		a = maps.Clone(a)
-	}
+// withMark returns a copy of annotations with known.ClusterAnnotation set
+// to cluster.
+func withMark(annotations map[string]string, cluster string) map[string]string {
+	a := make(map[string]string, len(annotations)+1)
+	maps.Copy(a, annotations)
 	a[known.ClusterAnnotation] = cluster
-	m.SetAnnotations(a)
+	return a
+}
+
+// markUnstructured sets known.ClusterAnnotation on u, whose content gets
+// copies of the maps on the way to the annotations (the object, its
+// metadata, the annotations); the rest of the content is shared.
+func markUnstructured(u *unstructured.Unstructured, cluster string) {
+	md, _ := u.Object["metadata"].(map[string]any)
+	old, _ := md["annotations"].(map[string]any)
+	a := make(map[string]any, len(old)+1)
+	maps.Copy(a, old)
+	a[known.ClusterAnnotation] = cluster
+	metadata := make(map[string]any, len(md)+1)
+	maps.Copy(metadata, md)
+	metadata["annotations"] = a
+	content := make(map[string]any, len(u.Object)+1)
+	maps.Copy(content, u.Object)
+	content["metadata"] = metadata
+	u.Object = content
 }
 
 // mergeInto appends the items of lists[1:] to those of lists[0], which is

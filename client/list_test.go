@@ -12,10 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	mcclient "github.com/mccr-dev/mccr/client"
@@ -259,6 +263,93 @@ func TestFleetWideList(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestFleetListLeavesUnsafeCacheUnmarked: with a cache that hands out its
+// objects without copying them (cache-wide, or for one kind), a fleet-wide
+// List marks copies: a one-cluster Get or List afterwards, which reads the
+// same cached objects, sees no known.ClusterAnnotation; typed, unstructured
+// and metadata-only.
+func TestFleetListLeavesUnsafeCacheUnmarked(t *testing.T) {
+	ns := testNamespace(t)
+	cm := configMap(ns, "cm", map[string]string{"a": "1"})
+	cm.Annotations = map[string]string{"theirs": "x"}
+	adminCreate(t, "c1", cm)
+	key := crclient.ObjectKey{Namespace: ns, Name: "cm"}
+	gvk := corev1.SchemeGroupVersion.WithKind("ConfigMap")
+
+	typed := func() (crclient.Object, crclient.ObjectList) { return &corev1.ConfigMap{}, &corev1.ConfigMapList{} }
+	unstructuredCM := func() (crclient.Object, crclient.ObjectList) {
+		obj, list := &unstructured.Unstructured{}, &unstructured.UnstructuredList{}
+		obj.SetGroupVersionKind(gvk)
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind("ConfigMapList"))
+		return obj, list
+	}
+	metadataCM := func() (crclient.Object, crclient.ObjectList) {
+		obj, list := &metav1.PartialObjectMetadata{}, &metav1.PartialObjectMetadataList{}
+		obj.SetGroupVersionKind(gvk)
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind("ConfigMapList"))
+		return obj, list
+	}
+	cacheWide := func(o *ctrl.Options) { o.Cache.DefaultUnsafeDisableDeepCopy = ptr.To(true) }
+	for _, tc := range []struct {
+		name   string
+		config func(o *ctrl.Options)
+		shape  func() (crclient.Object, crclient.ObjectList)
+	}{
+		{"cache-wide/typed", cacheWide, typed},
+		{"ByObject/typed", func(o *ctrl.Options) {
+			o.Cache.ByObject = map[crclient.Object]cache.ByObject{&corev1.ConfigMap{}: {UnsafeDisableDeepCopy: ptr.To(true)}}
+		}, typed},
+		{"cache-wide/unstructured", func(o *ctrl.Options) {
+			cacheWide(o)
+			o.Client.Cache = &crclient.CacheOptions{Unstructured: true}
+		}, unstructuredCM},
+		{"cache-wide/metadata", cacheWide, metadataCM},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := serverOptions(testr.NewWithInterface(t, testr.Options{Verbosity: 0}), ns)
+			tc.config(&o)
+			srv, err := server.NewServer(fleet.Cluster("host").Config, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := srv.Add(named("c1", "c1")); err != nil {
+				t.Fatal(err)
+			}
+			test.Run(t, srv)
+			waitReady(t, srv, "c1")
+			c := srv.GetClient()
+			unmarked := func(when string) {
+				t.Helper()
+				obj, list := tc.shape()
+				if err := c.Get(in("c1"), key, obj); err != nil {
+					t.Fatal(err)
+				}
+				if v, ok := obj.GetAnnotations()[known.ClusterAnnotation]; ok || obj.GetAnnotations()["theirs"] != "x" {
+					t.Errorf("%s: one-cluster Get = %v, want the cached annotations (%s=%q)", when, obj.GetAnnotations(), known.ClusterAnnotation, v)
+				}
+				if err := c.List(in("c1"), list, crclient.InNamespace(ns)); err != nil {
+					t.Fatal(err)
+				}
+				items, err := metaItems(list)
+				if err != nil || len(items) != 1 {
+					t.Fatalf("one-cluster List = %d items, %v", len(items), err)
+				}
+				if v, ok := items[0].GetAnnotations()[known.ClusterAnnotation]; ok {
+					t.Errorf("%s: one-cluster List returns %s=%q", when, known.ClusterAnnotation, v)
+				}
+			}
+			_, list := tc.shape()
+			listedFrom(t, c, "c1", ns, list, 1)
+			unmarked("after a fleet-wide List")
+			// Once more: a second fleet-wide List starts from the cache's
+			// objects as the first found them.
+			_, list = tc.shape()
+			listedFrom(t, c, "c1", ns, list, 1)
+			unmarked("after a second fleet-wide List")
+		})
+	}
 }
 
 // unreachable names a cluster whose API server address refuses connections.
