@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -192,11 +194,14 @@ func (c *Client) write(ctx context.Context, call func(context.Context, crclient.
 // as it is, whatever happened to the route meanwhile; ErrClusterNotFound or
 // ErrClusterNotReady only when nothing was sent (the route ended, or the
 // member stopped, before a request left); ErrOutcomeUnknown, wrapping the
-// error, for a write sent that got no answer; any other error (one that
-// kept the request from leaving: a refused connection) as it is.
+// error, for a write sent that got no answer, or only a server error that
+// does not say whether it was applied (see unsettled); any other error (one
+// that kept the request from leaving: a refused connection) as it is.
 func (c *Client) writeError(ctx context.Context, m Member, err error, sent bool) error {
 	routeEnded := m.Context != nil && m.Context.Err() != nil
 	switch {
+	case sent && unsettled(err):
+		return outcomeUnknown(m.Name, "the write got a server error, which does not say whether it was applied", err)
 	case isAnswer(err):
 		return err
 	case !sent && (routeEnded && ctx.Err() == nil || errors.Is(err, ErrClusterNotReady)):
@@ -220,6 +225,29 @@ func (c *Client) writeError(ctx context.Context, m Member, err error, sent bool)
 func isAnswer(err error) bool {
 	var status apierrors.APIStatus
 	return errors.As(err, &status)
+}
+
+// unsettled reports whether err is a Status that does not say what became
+// of a write it answers: a server error (5xx: the API server's
+// InternalError, ServiceUnavailable, or the answer of a gateway in front
+// of it, such as a load balancer's 502, 503 or 504 with a body that is no
+// Status), or a timeout (Timeout, ServerTimeout), after which the API
+// server may still apply the write, or may have applied it and lost the
+// answer. Client errors (4xx: Conflict, Invalid, Forbidden, NotFound,
+// TooManyRequests, ...) say that the write was refused.
+func unsettled(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	s := status.Status()
+	switch s.Reason {
+	case metav1.StatusReasonTimeout, metav1.StatusReasonServerTimeout,
+		metav1.StatusReasonInternalError, metav1.StatusReasonServiceUnavailable:
+		return true
+	default:
+		return s.Code >= http.StatusInternalServerError
+	}
 }
 
 // routeEnded is the error of a call whose cluster's route ended under it.

@@ -47,7 +47,8 @@
 // These are the same values as the server package's ErrClusterNotFound and
 // ErrClusterNotReady. Errors from the cluster itself (NotFound, Conflict, a
 // refused connection) come back unchanged, so apierrors.IsNotFound and
-// friends work as usual.
+// friends work as usual; a write answered with a server error comes back
+// wrapped in ErrOutcomeUnknown (see below), through which they still work.
 //
 // # Clusters that leave during a call
 //
@@ -56,15 +57,16 @@
 // returns says what happened:
 //
 //   - An answer of the API server (AlreadyExists, Conflict, Invalid, any
-//     Status error; or success) is returned as it is, also when it arrives
-//     as the cluster goes away.
+//     Status error but a write's server errors, below; or success) is
+//     returned as it is, also when it arrives as the cluster goes away.
 //   - ErrClusterNotFound or ErrClusterNotReady means that nothing was
 //     sent: the cluster was gone or stopping before the call's request
 //     left. Retrying is safe.
 //   - ErrOutcomeUnknown means that a write (Create, Update, Patch, Apply,
 //     Delete, DeleteAllOf, or a write of Status() or SubResource(name)) was
-//     sent and no answer came: the API server may have applied it. It
-//     wraps the reason, and the error names the cluster.
+//     sent and no answer came, or only a server error: the API server may
+//     have applied it. It wraps the reason, and the error names the
+//     cluster.
 //
 // A write already sent when its cluster leaves or restarts is not cut at
 // once: it gets Options.WriteGrace (DefaultWriteGrace, 10s, for the
@@ -80,6 +82,24 @@
 // context.DeadlineExceeded) still holds). Reads have no outcome to lose:
 // one cut because its cluster went away returns ErrClusterNotFound or
 // ErrClusterNotReady.
+//
+// A write sent whose answer is a server error returns ErrOutcomeUnknown
+// too, wrapping the error, so that apierrors.IsTimeout, IsInternalError,
+// IsServiceUnavailable and the like still hold: a timeout (reason Timeout
+// or ServerTimeout), an InternalError, or any other 5xx, whether the API
+// server sent it as a Status or a gateway in front of it (a load
+// balancer, an authenticating proxy) sent a body that is none (a 502, 503
+// or 504). None of them says what became of the write: the API server may
+// have applied it and its answer was lost on the way back, or may still
+// apply it. A 503 is no exception: a proxy answers it when its upstream
+// connection breaks after the request was forwarded as well as when it
+// had nowhere to forward it, and the client cannot tell which. Nor is the
+// InternalError of an admission webhook that could not be called: the
+// API server reports it as it reports a failure after storing. A client
+// error (4xx: Conflict, Invalid, Forbidden, NotFound, or TooManyRequests,
+// which says that the request was not processed) is the write's answer,
+// returned as it is. Reads have no outcome to lose: they return any error
+// of the API server as it is.
 //
 // To retry a write safely after ErrOutcomeUnknown, read first:
 //

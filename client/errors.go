@@ -42,9 +42,12 @@ var (
 	// cluster but whose answer never came: the cluster left the fleet or
 	// restarted and the answer did not come within the write's grace
 	// (Options.WriteGrace), the connection broke, or the caller's ctx
-	// ended. The API server may have applied the write. Read before
-	// retrying (see the package documentation); the error names the
-	// cluster and wraps the cause.
+	// ended; or whose answer was a server error (a 5xx, or a timeout, of
+	// the API server or of a gateway in front of it), which does not say
+	// whether it was applied. The API server may have applied the write.
+	// Read before retrying (see the package documentation); the error
+	// names the cluster and wraps the cause (a server error's Status too,
+	// so that apierrors.IsTimeout and the like still hold).
 	ErrOutcomeUnknown = errors.New("write sent but its outcome is unknown: it may have been applied; read before retrying")
 
 	// ErrFleetPagination is returned by a fleet-wide List with Limit or

@@ -1,8 +1,12 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -14,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -510,5 +515,141 @@ func TestNoWriteGrace(t *testing.T) {
 	}
 	if took := time.Since(ended); took > 3*time.Second { // at once, on a loaded machine
 		t.Errorf("write without grace returned %s after its route ended", took)
+	}
+}
+
+// gatewayAnswer is what a gateway in front of the API server (a load
+// balancer, an auth proxy) answers instead of it: forwarded, the request
+// reached the API server, which applied it, and the gateway lost the
+// answer; otherwise the gateway refused the request itself.
+type gatewayAnswer struct {
+	code      int
+	status    *metav1.Status // the body; nil: plain text
+	text      string
+	forwarded bool
+}
+
+func (a *gatewayAnswer) response(t *testing.T, req *http.Request) *http.Response {
+	h, body := http.Header{"Content-Type": []string{"text/plain; charset=utf-8"}}, []byte(a.text)
+	if a.status != nil {
+		s := *a.status
+		s.Kind, s.APIVersion = "Status", "v1"
+		var err error
+		if body, err = json.Marshal(s); err != nil {
+			t.Error(err)
+		}
+		h.Set("Content-Type", "application/json")
+	}
+	return &http.Response{
+		StatusCode: a.code, Status: fmt.Sprintf("%d %s", a.code, http.StatusText(a.code)), Header: h,
+		Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)), Request: req,
+	}
+}
+
+// gatewayFixture is a member behind a gateway that answers every request
+// with answer, once it is set.
+func gatewayFixture(t *testing.T) (*outcomeFixture, *atomic.Pointer[gatewayAnswer]) {
+	t.Helper()
+	f := newOutcomeFixture(t, 10*time.Second)
+	var answer atomic.Pointer[gatewayAnswer]
+	cfg := f.api.Config()
+	cfg.WrapTransport = func(next http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			a := answer.Load()
+			if a == nil {
+				return next.RoundTrip(req)
+			}
+			if a.forwarded {
+				resp, err := next.RoundTrip(req)
+				if err != nil {
+					return nil, err
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+			return a.response(t, req), nil
+		})
+	}
+	f.table.Set("m", memberClient(t, cfg), true)
+	return f, &answer
+}
+
+// TestWriteAnsweredWithAServerErrorIsOutcomeUnknown: a write the API
+// server applied whose answer is lost on the way back, replaced by a server
+// error (a gateway's 502, 503 or 504, with a body that is no Status; the
+// API server's own timeout or internal error), returns ErrOutcomeUnknown,
+// through which apierrors' predicates still see the error: a caller
+// following the retry rules reads before creating again, and creates no
+// second object. A refusal (4xx) is the write's answer, returned as it is.
+// Reads have no outcome to lose: they return any Status as it is.
+func TestWriteAnsweredWithAServerErrorIsOutcomeUnknown(t *testing.T) {
+	leakCheck(t)
+	cms := corev1.Resource("configmaps")
+	unknown := []struct {
+		name   string
+		answer gatewayAnswer
+		is     func(error) bool
+	}{
+		{"502 plain", gatewayAnswer{code: http.StatusBadGateway, text: "<html><body><h1>502 Bad Gateway</h1></body></html>"}, apierrors.IsInternalError},
+		{"503 plain", gatewayAnswer{code: http.StatusServiceUnavailable, text: "upstream connect error or disconnect/reset before headers. reset reason: connection termination"}, apierrors.IsServiceUnavailable},
+		{"503 Status", gatewayAnswer{code: http.StatusServiceUnavailable, status: &apierrors.NewServiceUnavailable("the server is currently unable to handle the request").ErrStatus}, apierrors.IsServiceUnavailable},
+		{"504 plain", gatewayAnswer{code: http.StatusGatewayTimeout, text: "upstream request timeout"}, apierrors.IsTimeout},
+		{"504 Status Timeout", gatewayAnswer{code: http.StatusGatewayTimeout, status: &apierrors.NewTimeoutError("request did not complete within requested timeout", 0).ErrStatus}, apierrors.IsTimeout},
+		{"500 Status ServerTimeout", gatewayAnswer{code: http.StatusInternalServerError, status: &apierrors.NewServerTimeout(cms, "create", 2).ErrStatus}, apierrors.IsServerTimeout},
+		{"500 Status InternalError", gatewayAnswer{code: http.StatusInternalServerError, status: &apierrors.NewInternalError(errors.New("etcdserver: request timed out")).ErrStatus}, apierrors.IsInternalError},
+		{"500 plain", gatewayAnswer{code: http.StatusInternalServerError, text: "Internal Server Error"}, apierrors.IsInternalError},
+	}
+	for i, tc := range unknown {
+		t.Run(tc.name, func(t *testing.T) {
+			f, gateway := gatewayFixture(t)
+			tc.answer.forwarded = true
+			gateway.Store(&tc.answer)
+			req := fmt.Sprint("r", i)
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", GenerateName: "job-", Labels: map[string]string{"req": req}}}
+			err := f.c.Create(in("m"), cm)
+			if !errors.Is(err, mcclient.ErrOutcomeUnknown) || !tc.is(err) || !strings.Contains(err.Error(), `cluster "m"`) {
+				t.Errorf("Create answered %s = %v, want ErrOutcomeUnknown naming the cluster, wrapping the Status", tc.name, err)
+			}
+			var list corev1.ConfigMapList
+			if err := f.direct.List(context.Background(), &list, crclient.InNamespace("default"), crclient.MatchingLabels{"req": req}); err != nil {
+				t.Fatal(err)
+			}
+			if len(list.Items) != 1 {
+				t.Errorf("the API server holds %d objects of the Create: the test proves nothing", len(list.Items))
+			}
+			// Reads: the Status as it is.
+			gateway.Store(&gatewayAnswer{code: tc.answer.code, status: tc.answer.status, text: tc.answer.text})
+			getErr := f.c.Get(in("m"), crclient.ObjectKey{Namespace: "default", Name: "x"}, &corev1.ConfigMap{})
+			listErr := f.c.List(in("m"), &corev1.ConfigMapList{}, crclient.InNamespace("default"))
+			for what, err := range map[string]error{"Get": getErr, "List": listErr} {
+				if !tc.is(err) || errors.Is(err, mcclient.ErrOutcomeUnknown) {
+					t.Errorf("%s answered %s = %v, want the Status as it is", what, tc.name, err)
+				}
+			}
+		})
+	}
+
+	answers := []struct {
+		name   string
+		answer gatewayAnswer
+		is     func(error) bool
+	}{
+		{"409 Conflict", gatewayAnswer{code: http.StatusConflict, status: &apierrors.NewConflict(cms, "x", errors.New("the object has been modified")).ErrStatus}, apierrors.IsConflict},
+		{"422 Invalid", gatewayAnswer{code: http.StatusUnprocessableEntity, status: &apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("ConfigMap").GroupKind(), "x", nil).ErrStatus}, apierrors.IsInvalid},
+		{"403 Status", gatewayAnswer{code: http.StatusForbidden, status: &apierrors.NewForbidden(cms, "", errors.New("denied")).ErrStatus}, apierrors.IsForbidden},
+		{"403 plain", gatewayAnswer{code: http.StatusForbidden, text: "RBAC: access denied"}, apierrors.IsForbidden},
+		{"404 plain", gatewayAnswer{code: http.StatusNotFound, text: "404 page not found"}, apierrors.IsNotFound},
+		{"429 Status", gatewayAnswer{code: http.StatusTooManyRequests, status: &apierrors.NewTooManyRequests("too many requests, please try again later", 0).ErrStatus}, apierrors.IsTooManyRequests},
+		{"429 plain", gatewayAnswer{code: http.StatusTooManyRequests, text: "rate limited"}, apierrors.IsTooManyRequests},
+	}
+	f, gateway := gatewayFixture(t)
+	for _, tc := range answers {
+		t.Run(tc.name, func(t *testing.T) {
+			gateway.Store(&tc.answer)
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", GenerateName: "job-"}}
+			if err := f.c.Create(in("m"), cm); !tc.is(err) || errors.Is(err, mcclient.ErrOutcomeUnknown) {
+				t.Errorf("Create answered %s = %v, want the Status as it is", tc.name, err)
+			}
+		})
 	}
 }

@@ -37,9 +37,10 @@ var (
 	ErrClusterNotReady = mcclient.ErrClusterNotReady
 	// ErrOutcomeUnknown is returned by a write through the fan-out client
 	// that was sent, but whose answer did not come within the write grace
-	// once its cluster left or restarted: it may have been applied. Read
-	// before retrying (see the client package). The same value as the
-	// client package's.
+	// once its cluster left or restarted, or that got no answer saying
+	// whether it was applied (a broken connection, a server error): it may
+	// have been applied. Read before retrying (see the client package).
+	// The same value as the client package's.
 	ErrOutcomeUnknown = mcclient.ErrOutcomeUnknown
 	// ErrClusterExists is returned by Add of a known name with a different
 	// config. Use Update to change a cluster's config.
