@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"reflect"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -243,24 +244,49 @@ func unmarkJSONPatch(ops *[]map[string]any) bool {
 
 // applyUnmarked runs apply with obj or, when obj carries
 // known.ClusterAnnotation (an apply configuration made from a listed
-// item), with an unstructured copy of it without the annotation; obj is
-// not changed to send it, and gets the API server's answer, as
-// controller-runtime writes it into the apply configuration it sent.
+// item), with a copy of it without the annotation, of obj's own type (so
+// that the member's client treats it as it treats obj: a typed apply
+// configuration stays typed, and read-your-writes records the write for
+// the typed kind); obj is not changed to send it, and gets the API
+// server's answer, as controller-runtime writes it into the apply
+// configuration it sent.
 func applyUnmarked(obj runtime.ApplyConfiguration, apply func(runtime.ApplyConfiguration) error) error {
-	var data []byte
 	if u, ok := obj.(runtime.Unstructured); ok {
-		if !hasClusterAnnotation(u.UnstructuredContent()) {
-			return apply(obj)
+		return applyUnmarkedUnstructured(obj, u, apply)
+	}
+	data, err := json.Marshal(obj)
+	if err != nil || !mayMention(data) {
+		return apply(obj)
+	}
+	var content map[string]any
+	if decodeJSON(data, &content) != nil || !unmarkObject(content, true) {
+		return apply(obj)
+	}
+	sent, ok := typedLike(obj, content)
+	if !ok {
+		// No value of obj's type holds the unmarked content: send it
+		// unstructured.
+		u := &unstructured.Unstructured{Object: content}
+		if err := apply(crclient.ApplyConfigurationFromUnstructured(u)); err != nil {
+			return err
 		}
-		var err error
-		if data, err = json.Marshal(u.UnstructuredContent()); err != nil {
-			return apply(obj)
-		}
-	} else {
-		var err error
-		if data, err = json.Marshal(obj); err != nil || !mayMention(data) {
-			return apply(obj)
-		}
+		return answerInto(obj, u.Object)
+	}
+	if err := apply(sent); err != nil {
+		return err
+	}
+	return answerInto(obj, sent)
+}
+
+// applyUnmarkedUnstructured is applyUnmarked for unstructured content u
+// (obj itself).
+func applyUnmarkedUnstructured(obj runtime.ApplyConfiguration, u runtime.Unstructured, apply func(runtime.ApplyConfiguration) error) error {
+	if !hasClusterAnnotation(u.UnstructuredContent()) {
+		return apply(obj)
+	}
+	data, err := json.Marshal(u.UnstructuredContent())
+	if err != nil {
+		return apply(obj)
 	}
 	var content map[string]any
 	if decodeJSON(data, &content) != nil || !unmarkObject(content, true) {
@@ -270,15 +296,38 @@ func applyUnmarked(obj runtime.ApplyConfiguration, apply func(runtime.ApplyConfi
 	if err := apply(crclient.ApplyConfigurationFromUnstructured(sent)); err != nil {
 		return err
 	}
-	if u, ok := obj.(runtime.Unstructured); ok {
-		u.SetUnstructuredContent(sent.Object)
-		return nil
+	u.SetUnstructuredContent(sent.Object)
+	return nil
+}
+
+// typedLike returns a new value of obj's type (a pointer to a struct, as
+// every generated apply configuration is) holding content; false when obj
+// is of another kind of type or content does not decode into it.
+func typedLike(obj runtime.ApplyConfiguration, content map[string]any) (runtime.ApplyConfiguration, bool) {
+	t := reflect.TypeOf(obj)
+	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return nil, false
 	}
-	answer, err := json.Marshal(sent.Object)
+	data, err := json.Marshal(content)
+	if err != nil {
+		return nil, false
+	}
+	sent, ok := reflect.TypeAssert[runtime.ApplyConfiguration](reflect.New(t.Elem()))
+	if !ok || json.Unmarshal(data, sent) != nil {
+		return nil, false
+	}
+	return sent, true
+}
+
+// answerInto writes the answer an apply configuration sent in obj's place
+// got into obj, as controller-runtime writes it into the configuration it
+// sends.
+func answerInto(obj runtime.ApplyConfiguration, answer any) error {
+	data, err := json.Marshal(answer)
 	if err != nil {
 		return err
 	}
-	return json.Unmarshal(answer, obj)
+	return json.Unmarshal(data, obj)
 }
 
 // hasClusterAnnotation reports whether unstructured content carries

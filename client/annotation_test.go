@@ -3,9 +3,12 @@ package client_test
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/testr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -14,9 +17,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/mccr-dev/mccr/internal/leaninformer"
 	"github.com/mccr-dev/mccr/known"
+	"github.com/mccr-dev/mccr/server"
 	"github.com/mccr-dev/mccr/test"
 )
 
@@ -243,4 +250,75 @@ func TestApplyOfAListedItemDoesNotStoreClusterAnnotation(t *testing.T) {
 			t.Errorf("Status().Apply stored %s=%q", known.ClusterAnnotation, v)
 		}
 	})
+}
+
+// TestReadYourWritesAfterApplyOfMarkedConfiguration: with read-your-writes
+// on, a typed Get right after a typed Apply of a configuration carrying a
+// listed item's annotations (known.ClusterAnnotation among them) sees the
+// Apply, as after any other Apply: the configuration is sent typed, so the
+// member's client records the write for the kind the Get waits on, and
+// the member starts no unstructured informer for it.
+func TestReadYourWritesAfterApplyOfMarkedConfiguration(t *testing.T) {
+	ns := testNamespace(t)
+	adminCreate(t, "c1", configMap(ns, "cm", map[string]string{"v": "0"}))
+	o := serverOptions(testr.NewWithInterface(t, testr.Options{Verbosity: 0}), ns)
+	o.Client.Cache = &crclient.CacheOptions{EnableReadYourWritesConsistency: ptr.To(true)}
+	var mu sync.Mutex
+	var informers []string
+	o.Cache.NewInformer = func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, idx toolscache.Indexers) toolscache.SharedIndexInformer {
+		mu.Lock()
+		informers = append(informers, fmt.Sprintf("%T %s", obj, obj.GetObjectKind().GroupVersionKind().Kind))
+		mu.Unlock()
+		return leaninformer.New(lw, obj, resync, idx)
+	}
+	srv, err := server.NewServer(fleet.Cluster("host").Config, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Add(named("c1", "c1")); err != nil {
+		t.Fatal(err)
+	}
+	test.Run(t, srv)
+	waitReady(t, srv, "c1")
+	c := srv.GetClient()
+	ctx := known.WithCluster(context.Background(), "c1")
+	key := crclient.ObjectKey{Namespace: ns, Name: "cm"}
+
+	var list corev1.ConfigMapList
+	listedFrom(t, c, "c1", ns, &list, 1)
+	item := list.Items[0]
+
+	const n = 50
+	stale := 0
+	for i := range n {
+		v := fmt.Sprint(i + 1)
+		ac := corev1ac.ConfigMap("cm", ns).WithAnnotations(item.Annotations).WithData(map[string]string{"v": v})
+		if err := c.Apply(ctx, ac, crclient.FieldOwner("test"), crclient.ForceOwnership); err != nil {
+			t.Fatal(err)
+		}
+		if ac.Annotations[known.ClusterAnnotation] != "c1" || ac.ResourceVersion == nil {
+			t.Fatalf("the caller's configuration: annotations %v, resourceVersion %v; want it as given, with the answer", ac.Annotations, ac.ResourceVersion)
+		}
+		var got corev1.ConfigMap
+		if err := c.Get(ctx, key, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Data["v"] != v {
+			stale++
+		}
+		if _, ok := got.Annotations[known.ClusterAnnotation]; ok {
+			t.Fatalf("Apply stored %s", known.ClusterAnnotation)
+		}
+	}
+	if stale > 0 {
+		t.Errorf("%d of %d Gets right after an Apply of a listed item's annotations returned the old data", stale, n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, i := range informers {
+		if strings.HasPrefix(i, "*unstructured.") {
+			t.Errorf("the member started an unstructured informer: %v", informers)
+			break
+		}
+	}
 }

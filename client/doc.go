@@ -155,8 +155,10 @@
 // no other, and one of an object that is no listed item (read with a
 // one-cluster Get) is controller-runtime's, byte for byte. Apply (and
 // that of Status() and SubResource(name)) sends an apply configuration
-// made from a listed item without it, leaving the caller's configuration
-// as it was. A one-cluster List does not set it.
+// made from a listed item without it, as a configuration of the same type
+// (a typed one stays typed, so read-your-writes sees the write as it sees
+// any other), leaving the caller's configuration as it was. A one-cluster
+// List does not set it.
 //
 // The list's resourceVersion and continue token are cleared: one
 // cluster's means nothing for the union.
