@@ -84,7 +84,9 @@ type attachment struct {
 // the attachment is cancelled.
 func (k *fleetKind) attach(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], name string, mgr manager.Manager) *attachment {
 	actx, cancel := context.WithCancel(ctx)
-	hctx := known.WithCluster(ctx, name)
+	// The handler's ctx ends with the attachment: a member that leaves
+	// waits for handler calls under way as it stops.
+	hctx := known.WithCluster(actx, name)
 	log := k.log.WithValues("cluster", name, "source", k.String())
 	// A kind the member does not serve yet (its CRD not installed there) is
 	// waited for as the member's own controllers wait for theirs.
