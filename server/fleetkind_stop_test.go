@@ -52,7 +52,7 @@ func newCtxBoundServer(t *testing.T, ns string, grace, stopTimeout time.Duration
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ctrl.NewControllerManagedBy(srv.GetHostManager()).Named("ctxbound-"+ns).
+	if err := ctrl.NewControllerManagedBy(srv.GetHostManager()).Named("ctxbound-" + ns).
 		WatchesRawSource(server.FleetKind(srv, &corev1.ConfigMap{}, h.funcs())).
 		Complete(reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) { return reconcile.Result{}, nil })); err != nil {
 		t.Fatal(err)
