@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	crcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -145,13 +146,16 @@ func (g *generation) run() {
 			return
 		}
 		err = g.redact(err)
+		if wasReady {
+			// Reset whatever ended the attempt: a reconnect too, so that a
+			// member that failed a few times as it joined does not keep a
+			// long delay for its first failure after a later outage.
+			backoff = e.opts.Backoff
+		}
 		if errors.Is(err, errReconnected) {
 			continue
 		}
-		if wasReady {
-			backoff = e.opts.Backoff
-		}
-		delay := backoff.Step()
+		delay := retryDelay(&backoff)
 		g.c.failed(g, err, delay)
 		msg := "cluster failed; will retry"
 		if errors.Is(err, ErrSetupFailed) {
@@ -169,6 +173,16 @@ func (g *generation) run() {
 			return
 		}
 	}
+}
+
+// retryDelay is b's next step, never over its Cap (wait.Backoff adds its
+// jitter on top of the cap).
+func retryDelay(b *wait.Backoff) time.Duration {
+	d := b.Step()
+	if b.Cap > 0 {
+		d = min(d, b.Cap)
+	}
+	return d
 }
 
 // attempt runs the cluster once, until the generation ends (nil) or the

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"math"
 	"runtime"
 	"time"
@@ -27,8 +28,12 @@ type Options struct {
 	ProbeTimeout time.Duration
 
 	// Backoff spaces the retries of a Failed member: exponential from
-	// Duration, capped at Cap. Reset once the member was Ready. Default 1s
-	// doubling to at most 1m, with 20% jitter.
+	// Duration by Factor (0: constant; between 0 and 1 is refused), with
+	// up to Jitter × the delay added, never over Cap (0: no cap). Reset
+	// once the member was Ready, however the attempt that got there ended.
+	// Default 1s doubling to at most 1m, with up to 20% jitter; a Backoff
+	// with only some fields set keeps them and takes the defaults of the
+	// others it leaves zero only when Duration is zero too.
 	Backoff wait.Backoff
 
 	// OutageProbeInterval is how often a member probes its API server once
@@ -187,6 +192,17 @@ type Options struct {
 	starts *startGate
 }
 
+// validate refuses what defaults cannot mend.
+func (o *Options) validate() error {
+	if f := o.Backoff.Factor; f < 0 || f > 0 && f < 1 || math.IsNaN(f) {
+		return fmt.Errorf("Options.Backoff.Factor %v: want 0 (a constant delay) or at least 1; below 1 the retries of a failed member would come ever faster", f)
+	}
+	if j := o.Backoff.Jitter; j < 0 || math.IsNaN(j) {
+		return fmt.Errorf("Options.Backoff.Jitter %v: want 0 or more", j)
+	}
+	return nil
+}
+
 // Option changes Options.
 type Option func(*Options)
 
@@ -198,7 +214,18 @@ func (o *Options) defaults(gracefulShutdown *time.Duration) {
 		o.ProbeTimeout = 5 * time.Second
 	}
 	if o.Backoff.Duration <= 0 {
-		o.Backoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Cap: time.Minute}
+		// Unset: the defaults, for what the caller left zero.
+		def := wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Cap: time.Minute}
+		o.Backoff.Duration = def.Duration
+		if o.Backoff.Factor == 0 {
+			o.Backoff.Factor = def.Factor
+		}
+		if o.Backoff.Jitter == 0 {
+			o.Backoff.Jitter = def.Jitter
+		}
+		if o.Backoff.Cap == 0 {
+			o.Backoff.Cap = def.Cap
+		}
 	}
 	if o.Backoff.Steps <= 0 {
 		o.Backoff.Steps = math.MaxInt32

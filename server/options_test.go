@@ -1,8 +1,11 @@
 package server
 
 import (
+	"math"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // StopTimeout follows the members' graceful shutdown timeout, with
@@ -29,5 +32,54 @@ func TestStopTimeoutFollowsGracefulShutdownTimeout(t *testing.T) {
 				t.Errorf("StopTimeout %s, want %s", o.StopTimeout, tc.want)
 			}
 		})
+	}
+}
+
+// TestBackoffDefaultsAndBounds: the default backoff never waits over its
+// cap, jitter included; a Backoff given in part keeps what it sets; one
+// that would retry ever faster, or with negative jitter, is refused.
+func TestBackoffDefaultsAndBounds(t *testing.T) {
+	o := Options{}
+	o.defaults(nil)
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	b := o.Backoff
+	var most time.Duration
+	for range 200 {
+		most = max(most, retryDelay(&b))
+	}
+	if most > time.Minute || most < 50*time.Second {
+		t.Errorf("the default backoff's longest delay over 200 failures is %s, want up to its 1m cap", most)
+	}
+
+	o = Options{Backoff: wait.Backoff{Cap: 10 * time.Second, Jitter: 0.5}}
+	o.defaults(nil)
+	if o.Backoff.Cap != 10*time.Second || o.Backoff.Jitter != 0.5 || o.Backoff.Duration != time.Second || o.Backoff.Factor != 2 {
+		t.Errorf("a Backoff given in part became %+v", o.Backoff)
+	}
+	b = o.Backoff
+	for range 50 {
+		if d := retryDelay(&b); d > 10*time.Second {
+			t.Fatalf("a delay of %s over the 10s cap", d)
+		}
+	}
+
+	for _, bad := range []wait.Backoff{
+		{Duration: time.Second, Factor: 0.5},
+		{Duration: time.Second, Factor: -2},
+		{Duration: time.Second, Factor: math.NaN()},
+		{Duration: time.Second, Factor: 2, Jitter: -1},
+	} {
+		o := Options{Backoff: bad}
+		o.defaults(nil)
+		if err := o.validate(); err == nil {
+			t.Errorf("Backoff %+v accepted", bad)
+		}
+	}
+	o = Options{Backoff: wait.Backoff{Duration: 3 * time.Second}} // Factor 0: a constant delay
+	o.defaults(nil)
+	if err := o.validate(); err != nil {
+		t.Errorf("a constant backoff refused: %v", err)
 	}
 }

@@ -55,6 +55,10 @@ var (
 	ErrStopTimeout = errors.New("cluster did not stop in time")
 	// ErrAlreadyStarted is returned by a second Start.
 	ErrAlreadyStarted = errors.New("server already started")
+	// ErrServerStopped is returned by Add and Update once Start has
+	// returned: a Server does not run again, so the cluster would never
+	// start.
+	ErrServerStopped = errors.New("server stopped")
 )
 
 // Server is a controller-runtime Manager for a fleet: a host Manager that
@@ -117,6 +121,10 @@ func NewServer(cfg *rest.Config, opts ctrl.Options, options ...Option) (*Server,
 		f(&o)
 	}
 	o.defaults(opts.GracefulShutdownTimeout)
+	if err := o.validate(); err != nil {
+		lease.Release()
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	if o.Sharding != nil {
 		sh := *o.Sharding
 		shutdown, forever := member.ShutdownTimeout(opts.GracefulShutdownTimeout)
@@ -173,9 +181,13 @@ func NewServer(cfg *rest.Config, opts ctrl.Options, options ...Option) (*Server,
 // A name added here is the program's own: a watcher given to Watch that
 // sends it is refused with ErrClusterNameTaken (its config waits, and takes
 // over only after Delete), and Add, Update or Delete of a name a watcher
-// feeds is refused the same way, naming the watcher's source.
+// feeds is refused the same way, naming the watcher's source. Once Start
+// has returned, Add is ErrServerStopped.
 func (s *Server) Add(nc *config.NamedConfig) error {
 	if err := validate(nc); err != nil {
+		return err
+	}
+	if err := s.checkRunnable(nc.Name); err != nil {
 		return err
 	}
 	return s.claims.add(s, nc)
@@ -212,9 +224,13 @@ func (s *Server) add(nc *config.NamedConfig) error {
 // (a member that failed and waits to retry restarts on them at once).
 // Update returns once the old Manager has stopped (or with ErrStopTimeout
 // after Options.StopTimeout; the new Manager starts only once the old one
-// has stopped, whenever that is).
+// has stopped, whenever that is). Once Start has returned, Update is
+// ErrServerStopped.
 func (s *Server) Update(nc *config.NamedConfig) error {
 	if err := validate(nc); err != nil {
+		return err
+	}
+	if err := s.checkRunnable(nc.Name); err != nil {
 		return err
 	}
 	stopped, err := s.claims.update(s, nc)
@@ -290,6 +306,17 @@ func validate(nc *config.NamedConfig) error {
 	}
 	if nc.Config == nil {
 		return fmt.Errorf("%w: cluster %q has no rest.Config", ErrInvalidConfig, nc.Name)
+	}
+	return nil
+}
+
+// checkRunnable refuses a cluster to a Server whose Start has returned.
+func (s *Server) checkRunnable(name string) error {
+	s.mu.Lock()
+	stopped := s.stopped
+	s.mu.Unlock()
+	if stopped {
+		return fmt.Errorf("cluster %q: %w", name, ErrServerStopped)
 	}
 	return nil
 }
@@ -448,14 +475,31 @@ func (f fleetRunnable) Start(ctx context.Context) error {
 	}
 	// Return (and so let the host Manager release its lease) only once every
 	// member has stopped, so that a new leader never runs a member while this
-	// one still does. The host Manager waits for that up to its graceful
-	// shutdown timeout, as for any runnable; Start waits up to StopTimeout.
-	r.close()
-	s.mu.Lock()
-	if s.run == r {
-		s.run = nil
+	// one still does; or once Options.StopTimeout has passed, as a
+	// controller-runtime Manager gives up on its runnables after its
+	// graceful shutdown timeout: Start waits no longer than StopTimeout,
+	// however long the host Manager's timeout (it reports the members still
+	// stopping, which runs tracks).
+	closed := make(chan struct{})
+	s.runs.Go(func() {
+		defer close(closed)
+		r.close()
+		s.mu.Lock()
+		if s.run == r {
+			s.run = nil
+		}
+		s.mu.Unlock()
+	})
+	if timeout := s.env.opts.StopTimeout; timeout >= 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case <-closed:
+		case <-t.C:
+		}
+		return nil
 	}
-	s.mu.Unlock()
+	<-closed
 	return nil
 }
 

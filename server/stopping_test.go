@@ -82,6 +82,10 @@ func TestStartReturnsAfterStopTimeout(t *testing.T) {
 		// Long enough that the member that is fine stops within it on a
 		// loaded machine too.
 		{"grace 1s, StopTimeout 6s", time.Second, 6 * time.Second, 6 * time.Second},
+		// StopTimeout bounds Start whatever the host Manager's own
+		// timeout: a longer one, or none.
+		{"grace 20s, StopTimeout 4s", 20 * time.Second, 4 * time.Second, 4 * time.Second},
+		{"grace forever, StopTimeout 4s", -1, 4 * time.Second, 4 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newStuckReconciler(t)
@@ -116,6 +120,9 @@ func TestStartReturnsAfterStopTimeout(t *testing.T) {
 				t.Fatalf("Start has not returned %s after its ctx ended (StopTimeout %s); the member is %s", time.Since(began).Round(time.Millisecond), tc.bound, st.Phase)
 			}
 			took := time.Since(began)
+			if took > tc.bound+3*time.Second {
+				t.Errorf("Start returned after %s, StopTimeout %s", took.Round(time.Millisecond), tc.bound)
+			}
 			if took < tc.bound-time.Second {
 				t.Errorf("Start returned after %s, before StopTimeout (%s) with a member still running", took, tc.bound)
 			}

@@ -1,0 +1,87 @@
+package server_test
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/server"
+	"github.com/mccr-dev/mccr/test"
+)
+
+// TestBackoffResetsAfterReadyEndedByReconnect: Options.Backoff is reset
+// once a member was Ready, also when that Ready attempt ended by the
+// restart after an outage. Before, a member that failed a few times as it
+// joined kept its grown delay, and the first failure after a later outage
+// waited for it.
+func TestBackoffResetsAfterReadyEndedByReconnect(t *testing.T) {
+	ns := testNamespace(t)
+	var fail atomic.Bool
+	fail.Store(true)
+	r := startServer(t, ns, nil, func(o *server.Options) {
+		o.Backoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 4, Cap: time.Minute}
+		o.ReachProbeInterval = 300 * time.Millisecond
+		o.ReachProbeTimeout = 300 * time.Millisecond
+		o.OutageProbeInterval = 100 * time.Millisecond
+	})
+	ok := configMapController("backoff-reset")
+	r.srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
+		if fail.Load() {
+			return errors.New("not yet")
+		}
+		return ok(mgr)
+	})
+	proxy := test.NewFaultProxy(t, fakeMember(t, "x").Config())
+	if err := r.srv.Add(config.NewNamedConfig("flappy", proxy.Config())); err != nil {
+		t.Fatal(err)
+	}
+	test.Eventually(t, 30*time.Second, "three failed starts", func() bool {
+		st, _ := r.srv.Status("flappy")
+		return st.Failures >= 3
+	})
+	fail.Store(false)
+	waitPhase(t, r.srv, "flappy", server.PhaseReady)
+	fail.Store(true)
+	proxy.Refuse()
+	waitPhase(t, r.srv, "flappy", server.PhaseUnreachable)
+	if err := proxy.Pass(); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, r.srv, "flappy", server.PhaseFailed)
+	st, err := r.srv.Status("flappy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wait := st.NextRetry.Sub(st.Since); wait > 2*time.Second {
+		t.Errorf("the member was Ready, yet its next failed start waits %s (want about 500ms)", wait.Round(time.Millisecond))
+	}
+}
+
+// TestAddAfterStartReturnedIsRefused: a Server does not run again once
+// its Start has returned; a cluster added or updated then would never
+// start (and its metric series would outlive the Server's).
+func TestAddAfterStartReturnedIsRefused(t *testing.T) {
+	ns := testNamespace(t)
+	r := startServer(t, ns, nil)
+	addReady(t, r.srv, "m1")
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.srv.Add(config.NewNamedConfig("late", fakeMember(t, "x").Config())); !errors.Is(err, server.ErrServerStopped) {
+		t.Errorf("Add after Start returned: %v, want ErrServerStopped", err)
+	}
+	if _, err := r.srv.Status("late"); !errors.Is(err, server.ErrClusterNotFound) {
+		t.Errorf("Status of the cluster refused: %v, want ErrClusterNotFound", err)
+	}
+	if err := r.srv.Update(fleet.Cluster("m1").Named); !errors.Is(err, server.ErrServerStopped) {
+		t.Errorf("Update after Start returned: %v, want ErrServerStopped", err)
+	}
+	if v := metricValue(t, "mccr_cluster_failures_total", "cluster", "late"); v >= 0 {
+		t.Error("a series of the cluster refused exists")
+	}
+}
