@@ -58,8 +58,11 @@ const (
 	// PhaseFailed means the last start failed or the member lost its
 	// credentials; it is retried at NextRetry.
 	PhaseFailed Phase = "Failed"
-	// PhaseStopping means being deleted, replaced by an Update, or the Server
-	// is shutting down.
+	// PhaseStopping means being replaced by an Update, or the Server is
+	// shutting down. A deleted cluster leaves Status, Statuses and
+	// ClusterNames at once (ErrClusterNotFound), while its Manager stops;
+	// Delete returns once it has, and the name may be added again
+	// meanwhile.
 	PhaseStopping Phase = "Stopping"
 	// PhaseStopped means the Server stopped (or lost leadership) and so did
 	// the member.
