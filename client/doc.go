@@ -93,7 +93,10 @@
 // have applied it and its answer was lost on the way back, or may still
 // apply it. A 503 is no exception: a proxy answers it when its upstream
 // connection breaks after the request was forwarded as well as when it
-// had nowhere to forward it, and the client cannot tell which. Nor is the
+// had nowhere to forward it, and the client cannot tell which. A member's
+// client sends such a write once: client-go would send it again on its
+// own after a 5xx that carries Retry-After, a Create with generateName
+// making a second object, and a Server's members do not let it. Nor is the
 // InternalError of an admission webhook that could not be called: the
 // API server reports it as it reports a failure after storing. A client
 // error (4xx: Conflict, Invalid, Forbidden, NotFound, or TooManyRequests,

@@ -23,6 +23,7 @@ import (
 	"github.com/mccr-dev/mccr/internal/leanmapper"
 	membermgr "github.com/mccr-dev/mccr/internal/member"
 	"github.com/mccr-dev/mccr/internal/reach"
+	"github.com/mccr-dev/mccr/internal/retryafter"
 	"github.com/mccr-dev/mccr/internal/safe"
 	"github.com/mccr-dev/mccr/known"
 )
@@ -214,6 +215,9 @@ func (g *generation) attempt() (wasReady bool, err error) {
 		return false, err
 	}
 	limitRate(cfg, e.opts)
+	// A write answered with a server error is not sent again by client-go
+	// (it may have been applied): the fan-out client reports it.
+	cfg.Wrap(retryafter.Wrap)
 	actx, cancel := context.WithCancel(g.ctx)
 	defer cancel()
 	end := &stopper{ctx: actx, cancel: cancel}
