@@ -24,5 +24,5 @@ type memberState struct {
 }
 
 func (f *fleetFeed) publish(st memberState) {
-	f.Publish(fleetsource.Member{Name: st.name, Phase: string(st.phase), Err: st.err, Mgr: st.mgr, Left: st.left})
+	f.Publish(fleetsource.Member{Name: st.name, Phase: string(st.phase), Err: st.err, Mgr: st.mgr, Left: st.left, Away: st.phase == PhaseElsewhere})
 }

@@ -19,6 +19,10 @@ type Member struct {
 	Mgr manager.Manager
 	// Left means the member was deleted from the fleet.
 	Left bool
+	// Away means, with sharding, that another replica runs the member now
+	// (or will): this replica's sources see it no more unless it comes
+	// back.
+	Away bool
 }
 
 // Feed tells its subscribers every change of a member: first the state of
