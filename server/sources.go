@@ -31,6 +31,23 @@ import (
 // Syncing, Unreachable or cannot serve the kind never holds the host
 // controller up: the source does not wait for any member to sync.
 //
+// A member that restarts (an Update, the restart that follows an outage,
+// a retry after it failed) runs a new Manager, whose informer knows
+// nothing of the old one's. Once that informer has delivered the objects
+// the member holds, every object h was told of before and not told
+// deleted, and that the new informer has not delivered, arrives as a
+// delete event with DeleteStateUnknown and the object's last state — as
+// controller-runtime's Kind source tells an object that vanished while
+// its watch was broken — so an aggregator keyed by member object keeps no
+// stale entry. For this the source keeps, per member, the last state of
+// each object its informer delivered (objects the member's cache holds
+// anyway) and, while the member is between Managers (Failed or
+// restarting), those of the Manager that stopped, until the next one has
+// synced. A member that leaves the fleet (or, with sharding, this
+// replica) is told nothing more: no delete for its objects, as
+// controller-runtime's Kind source tells none when its informer stops.
+// ClusterEvents tells it (Left, Elsewhere); drop the member's share then.
+//
 // With sharding (WithSharding), a replica's sources see the members that
 // replica runs: a host controller that aggregates over the whole fleet
 // runs on every replica (no leader election) and each aggregates its share,

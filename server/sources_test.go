@@ -193,7 +193,8 @@ func TestFleetKindFollowsTheFleet(t *testing.T) {
 		t.Errorf("a deleted member's event was delivered %d times", n)
 	}
 	// Nothing of the source is left running for the members that came
-	// and went (its attach work ends once the handler is on the informer).
+	// and went (its attach work ends once the handler is on the informer
+	// and, after a restart, has settled what the earlier Manager told).
 	test.Eventually(t, 10*time.Second, "no fleet source goroutine left", func() bool {
 		return stacksWith("fleetsource.(*fleetKind)") == 0
 	})
