@@ -129,6 +129,7 @@ func (e *entry) until(fallback time.Duration) time.Time {
 type cache struct {
 	clock clock.PassiveClock
 	group string
+	key   string // GroupKey(group)
 	// grace is how long a version from a read or write survives relists
 	// that do not show it yet.
 	grace time.Duration
@@ -145,28 +146,29 @@ type cache struct {
 
 func newCache(clk clock.PassiveClock, group string, grace, fallback time.Duration, notify func()) *cache {
 	return &cache{
-		clock: clk, group: group, grace: grace, fallback: fallback, notify: notify,
+		clock: clk, group: group, key: GroupKey(group), grace: grace, fallback: fallback, notify: notify,
 		entries: map[string]*entry{}, superseded: map[string]*history{},
 	}
 }
 
 // roleOf returns the role of l in the Group, "" when l is none of the
-// Group's Leases. The annotation, not the label (a hash), says so exactly;
-// a Lease whose labels and annotations were stripped is known by its name,
-// which only the Group's Leases have (the names hash the whole Group).
+// Group's Leases. The name decides, as only the Group's Leases have its
+// names (they hash the whole Group), whatever labels someone edited; a
+// Lease at another name is the Group's only as its annotation, not its
+// label (a hash), says exactly.
 func (c *cache) roleOf(l *coordinationv1.Lease) string {
 	g, annotated := l.Annotations[GroupAnnotation]
 	if annotated && g != c.group {
 		return ""
 	}
+	switch {
+	case strings.HasPrefix(l.Name, c.key+"-"+replicaInfix):
+		return RoleReplica
+	case strings.HasPrefix(l.Name, c.key+"-"+clusterInfix):
+		return RoleCluster
+	}
 	if role := l.Labels[RoleLabel]; annotated && (role == RoleReplica || role == RoleCluster) {
 		return role
-	}
-	switch key := GroupKey(c.group); {
-	case strings.HasPrefix(l.Name, key+"-"+replicaInfix):
-		return RoleReplica
-	case strings.HasPrefix(l.Name, key+"-"+clusterInfix):
-		return RoleCluster
 	}
 	return ""
 }
@@ -342,7 +344,7 @@ func (c *cache) relist(items []coordinationv1.Lease) {
 		// stays until the watch shows it, for a while. One without the
 		// Group's label, read by its name, no list can show: it stays
 		// until a read or the watch says otherwise.
-		if !listed[name] && !e.gone && (e.watched || now.Sub(e.at) >= c.grace) && e.lease.Labels[GroupLabel] == GroupKey(c.group) {
+		if !listed[name] && !e.gone && (e.watched || now.Sub(e.at) >= c.grace) && e.lease.Labels[GroupLabel] == c.key {
 			c.deleteLocked(name)
 		}
 	}
@@ -368,7 +370,7 @@ func (c *cache) prune(now time.Time, fallback time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for name, e := range c.entries {
-		if e.gone && !now.Before(e.since.Add(2*e.declared(fallback))) {
+		if e.gone && !now.Before(e.since.Add(2*e.declared(fallback))) && e.expired(now, fallback) {
 			delete(c.entries, name)
 		}
 	}

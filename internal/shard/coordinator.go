@@ -437,7 +437,8 @@ func (c *Coordinator) pins(snap map[string]entry, live []string) map[string]stri
 		if id == c.o.Identity {
 			continue
 		}
-		if e, ok := snap[ReplicaLeaseName(c.o.Group, id)]; !ok || e.rec.pins != c.o.pins {
+		e, ok := snap[ReplicaLeaseName(c.o.Group, id)]
+		if !ok || e.rec.pins != "" && e.rec.pins != c.o.pins {
 			return nil
 		}
 	}
@@ -501,7 +502,10 @@ func (c *Coordinator) collect(ctx context.Context, snap map[string]entry, fleet 
 			c.delete(ctx, name, e)
 			continue
 		}
-		if e.rec.holder != "" && (!e.expired(now, c.o.LeaseDuration) || c.alive(e.rec.holder, now)) {
+		// A holder that looks dead is confirmed so by a read first, as
+		// for a take: a view that lags (its watch failing) must not make
+		// a live replica's claim look abandoned.
+		if e.rec.holder != "" && (!e.expired(now, c.o.LeaseDuration) || c.alive(e.rec.holder, now) || c.confirmAlive(ctx, e.rec.holder)) {
 			continue
 		}
 		c.delete(ctx, name, e)

@@ -259,7 +259,9 @@ func TestCollectWithAStaleViewSparesLiveClaims(t *testing.T) {
 	deleted := false
 	for range 200 {
 		s.step()
-		if s.store.get(ClusterLeaseName("fleet", x)) == nil {
+		// Deleted while a still runs x (a Lease released, and so unheld,
+		// is c's to collect: x is not in its fleet).
+		if s.store.get(ClusterLeaseName("fleet", x)) == nil && slices.Contains(s.rec.owners()[x], "a") {
 			deleted = true
 			break
 		}
@@ -297,5 +299,91 @@ func TestGhostReplicaLeaseKeptByGitOps(t *testing.T) {
 	t.Logf("longest dark run over 60 s: %s; owners %v", s.rec.maxDark, s.rec.owners())
 	if !s.settled() {
 		t.Errorf("clusters run nowhere while a ghost replica Lease is kept: %v", s.rec.owners())
+	}
+}
+
+// TestReplicaLeaseEditedThenDeletedRunsNoClusterTwice: a's Lease duration
+// is edited down to 1 s just as a loses the API server (it runs its
+// clusters until its renew deadline), and then the Lease is deleted, by
+// hand or by a replica that joined after the edit and never saw the longer
+// record. The tombstone others keep holds a's claim until the longer
+// record's end, not the edited one's.
+func TestReplicaLeaseEditedThenDeletedRunsNoClusterTwice(t *testing.T) {
+	for _, how := range []string{"hand-delete", "new-replica"} {
+		t.Run(how, func(t *testing.T) {
+			s := newSim(t, 8)
+			s.quiet = true
+			a := s.add("a", defaultTiming, Options{})
+			s.add("b", defaultTiming, Options{})
+			s.until(30*time.Second, "balanced", s.balanced)
+			s.run(2 * defaultTiming.lease) // cluster Leases old
+			a.leases.setFault(func(string, string) fault { return refuse })
+			cur := s.store.get(ReplicaLeaseName("fleet", "a"))
+			cur.Spec.LeaseDurationSeconds = ptr.To(int32(1))
+			s.store.put(cur)
+			s.step()
+			switch how {
+			case "hand-delete":
+				s.store.mu.Lock()
+				delete(s.store.items, ReplicaLeaseName("fleet", "a"))
+				s.store.mu.Unlock()
+			case "new-replica":
+				s.add("c", defaultTiming, Options{})
+			}
+			s.run(20 * time.Second)
+			s.rec.noDoubles(t)
+		})
+	}
+}
+
+// TestReplicaLeaseRoleLabelEditedRunsNoClusterTwice: one hand edit sets
+// the role label of live replica a's Lease to "cluster": its name, not
+// the label, says what it is, so b does not count a dead, and a does not
+// collect its own Lease as a stray cluster's.
+func TestReplicaLeaseRoleLabelEditedRunsNoClusterTwice(t *testing.T) {
+	for off := range 4 {
+		t.Run(fmt.Sprintf("off=%d", off), func(t *testing.T) {
+			s := newSim(t, 8)
+			s.quiet = true
+			s.add("b", defaultTiming, Options{})
+			s.add("a", defaultTiming, Options{})
+			s.until(30*time.Second, "balanced", s.balanced)
+			s.run(2 * defaultTiming.lease)
+			for range off {
+				s.step()
+			}
+			cur := s.store.get(ReplicaLeaseName("fleet", "a"))
+			cur.Labels[RoleLabel] = RoleCluster
+			s.store.put(cur)
+			s.run(20 * time.Second)
+			s.rec.noDoubles(t)
+		})
+	}
+}
+
+// TestPinsFollowedOnlyWhenLiveReplicasAgree: a replica follows its Pins
+// while every other live replica publishes the same, or none (a replica of
+// an earlier release, which follows its own); not while one publishes
+// others (or "none", having no Pins).
+func TestPinsFollowedOnlyWhenLiveReplicasAgree(t *testing.T) {
+	pins := map[string]string{"fleet/c01": "a"}
+	o := &Options{Identity: "a", Group: "fleet", Pins: pins}
+	o.defaults()
+	c := &Coordinator{o: *o}
+	snapOf := func(published string) map[string]entry {
+		return map[string]entry{ReplicaLeaseName("fleet", "b"): {rec: record{holder: "b", pins: published}}}
+	}
+	for _, tc := range []struct {
+		name, published string
+		follow          bool
+	}{
+		{"same", PinsKey(pins), true},
+		{"earlier release", "", true},
+		{"other pins", PinsKey(map[string]string{"fleet/c01": "b"}), false},
+		{"no pins", PinsKey(nil), false},
+	} {
+		if got := c.pins(snapOf(tc.published), []string{"a", "b"}) != nil; got != tc.follow {
+			t.Errorf("%s: follows its pins %v, want %v", tc.name, got, tc.follow)
+		}
 	}
 }

@@ -274,3 +274,37 @@ func TestNames(t *testing.T) {
 
 func validLabelValue(s string) []string { return validation.IsValidLabelValue(s) }
 func validName(s string) []string       { return validation.IsDNS1123Subdomain(s) }
+
+// TestFailuresTellAnOutageSoonAfterARecovery: renewals fail for 1 s, work
+// for 11 s (the recovery line), then fail for 25 s: an outage long enough
+// to fence the replica is told of once it has lasted a few seconds, and
+// so is its end; a blip as soon after is not.
+func TestFailuresTellAnOutageSoonAfterARecovery(t *testing.T) {
+	clk := clocktesting.NewFakeClock(simStart)
+	lines := &lineCounter{quiet: true}
+	f := newFailures(lines.logger(t, "a"), clk, recoveredAfter, "cannot renew", "renewing again")
+	tick := func(d time.Duration, fail bool) {
+		for end := clk.Now().Add(d); clk.Now().Before(end); clk.Step(time.Second) {
+			if fail {
+				f.failed(errors.New("refused"))
+			} else {
+				f.ok()
+			}
+		}
+	}
+	tick(time.Second, true)
+	tick(11*time.Second, false)
+	tick(2*time.Second, true) // a blip
+	tick(11*time.Second, false)
+	if n := len(lines.lines); n != 2 {
+		t.Errorf("%d lines for a failure, its recovery and a blip soon after, want 2: %q", n, lines.lines)
+	}
+	tick(25*time.Second, true)
+	if lines.count("cannot renew") != 2 {
+		t.Errorf("an outage that began soon after a recovery line is not told of: %q", lines.lines)
+	}
+	tick(11*time.Second, false)
+	if lines.count("renewing again") != 2 {
+		t.Errorf("its end is not told of: %q", lines.lines)
+	}
+}

@@ -40,17 +40,19 @@ const (
 	// StandbyAnnotation marks the Lease of a replica that takes no cluster
 	// for now, and says why (another process writes its Lease).
 	StandbyAnnotation = "mccr.dev/shard-standby"
-	// PinsAnnotation holds PinsKey of the Pins a replica follows (none:
-	// no annotation). Pins count only while every live replica follows the
-	// same: replicas that disagree on them (a rolling update that changes
-	// them) would each leave a pinned cluster to the other.
+	// PinsAnnotation holds PinsKey of the Pins a replica follows. Pins
+	// count only while every live replica follows the same: replicas that
+	// disagree on them (a rolling update that changes them) would each
+	// leave a pinned cluster to the other. A replica of an earlier release
+	// writes none, and follows its own Pins as it always did: it counts as
+	// agreeing, so that an upgrade keeps them.
 	PinsAnnotation = "mccr.dev/shard-pins"
 )
 
-// PinsKey is a digest of pins, "" for none.
+// PinsKey is a digest of pins, "none" for none.
 func PinsKey(pins map[string]string) string {
 	if len(pins) == 0 {
-		return ""
+		return "none"
 	}
 	keys := slices.Sorted(maps.Keys(pins))
 	var b strings.Builder

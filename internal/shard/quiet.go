@@ -16,6 +16,10 @@ const (
 	// every other call is one run, summed up, not a run and a recovery a
 	// call.
 	recoveredAfter = 10 * time.Second
+	// quietStart is how long a run of failures that begins within
+	// summaryEvery of the last line may last untold (its failures count
+	// in the next line).
+	quietStart = 5 * time.Second
 )
 
 // failures reports a run of errors of one kind without flooding the log: a
@@ -23,8 +27,8 @@ const (
 // summaryEvery while it lasts, and a line once calls have worked for
 // settleAfter. A control plane that is down for minutes, or that fails
 // every other call, costs a few lines, not a few per second. A run that
-// begins within summaryEvery of the last line is told of in the next
-// summary.
+// begins within summaryEvery of the last line is told of once it has
+// lasted quietStart; one shorter than that counts in the next line.
 type failures struct {
 	log   logr.Logger
 	clock clock.PassiveClock
@@ -54,16 +58,21 @@ func (f *failures) failed(err error, kv ...any) {
 	if f.since.IsZero() {
 		f.since = now
 	}
-	if !f.reported.IsZero() && now.Sub(f.reported) < summaryEvery {
-		return
-	}
-	f.reported = now
+	due := f.reported.IsZero() || now.Sub(f.reported) >= summaryEvery
 	if !f.logged {
-		f.logged = true
+		// A run that begins soon after the last line is told of once it
+		// has lasted quietStart: a blip is not, an outage is at once.
+		if !due && now.Sub(f.since) < quietStart {
+			return
+		}
+		f.reported, f.logged = now, true
 		f.log.Error(err, f.what+"; retrying, and reporting at most every "+summaryEvery.String()+" while it lasts", append(kv, "failures", f.count)...)
 		return
 	}
-	f.log.Error(err, f.what+" (still)", append(kv, "failures", f.count, "for", now.Sub(f.since).Round(time.Second).String())...)
+	if due {
+		f.reported = now
+		f.log.Error(err, f.what+" (still)", append(kv, "failures", f.count, "for", now.Sub(f.since).Round(time.Second).String())...)
+	}
 }
 
 // ok counts a success: the run of failures under way ends once calls have
