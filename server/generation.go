@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"runtime"
 	"strings"
@@ -176,14 +177,15 @@ func (g *generation) run() {
 	}
 }
 
-// retryDelay is b's next step, never over its Cap (wait.Backoff adds its
-// jitter on top of the cap).
+// retryDelay is b's next step, never over its Cap: wait.Backoff adds its
+// jitter on top of the cap, so a delay past it is drawn below it instead,
+// within the jitter (members that failed together do not retry in step).
 func retryDelay(b *wait.Backoff) time.Duration {
 	d := b.Step()
-	if b.Cap > 0 {
-		d = min(d, b.Cap)
+	if b.Cap > 0 && d > b.Cap {
+		d = b.Cap - time.Duration(rand.Float64()*b.Jitter*float64(b.Cap)) //nolint:gosec // jitter, not a secret
 	}
-	return d
+	return max(d, 0)
 }
 
 // attempt runs the cluster once, until the generation ends (nil) or the

@@ -49,7 +49,10 @@ type Options struct {
 	// (ctrl.Options.GracefulShutdownTimeout, with controller-runtime's
 	// meaning: nil is 30s, zero does not wait, negative waits as long as it
 	// takes) plus 5s; when that is negative, Delete and Update wait as long
-	// as the Manager takes.
+	// as the Manager takes. Start returns (and the host Manager releases its
+	// leader lease) once StopTimeout has passed, whatever the host
+	// Manager's own timeout: one shorter than the members' graceful
+	// shutdown lets a new leader start members that still stop here.
 	StopTimeout time.Duration
 
 	// CompressWatches keeps gzip on members' watch streams. By default a

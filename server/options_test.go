@@ -52,6 +52,19 @@ func TestBackoffDefaultsAndBounds(t *testing.T) {
 	if most > time.Minute || most < 50*time.Second {
 		t.Errorf("the default backoff's longest delay over 200 failures is %s, want up to its 1m cap", most)
 	}
+	// At the cap, the jitter still spreads the delays (members that failed
+	// together do not retry in step), below the cap.
+	distinct := map[time.Duration]bool{}
+	for range 50 {
+		d := retryDelay(&b)
+		if d > time.Minute || d < 48*time.Second {
+			t.Fatalf("a delay of %s at the cap, want 48s to 1m", d)
+		}
+		distinct[d] = true
+	}
+	if len(distinct) < 10 {
+		t.Errorf("%d distinct delays among 50 at the cap", len(distinct))
+	}
 
 	o = Options{Backoff: wait.Backoff{Cap: 10 * time.Second, Jitter: 0.5}}
 	o.defaults(nil)

@@ -10,6 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/configwatcher"
 	"github.com/mccr-dev/mccr/server"
 	"github.com/mccr-dev/mccr/test"
 )
@@ -82,6 +83,46 @@ func TestAddAfterStartReturnedIsRefused(t *testing.T) {
 		t.Errorf("Update after Start returned: %v, want ErrServerStopped", err)
 	}
 	if v := metricValue(t, "mccr_cluster_failures_total", "cluster", "late"); v >= 0 {
+		t.Error("a series of the cluster refused exists")
+	}
+}
+
+// queuedWatcher holds its events in a buffered channel, closed by Stop, as
+// a watcher that queued its first list does.
+type queuedWatcher struct {
+	ev   chan configwatcher.Event
+	errs chan error
+}
+
+func (w *queuedWatcher) Events() <-chan configwatcher.Event { return w.ev }
+func (w *queuedWatcher) Errors() <-chan error               { return w.errs }
+func (w *queuedWatcher) Stop()                              { close(w.ev); close(w.errs) }
+
+// TestWatchAfterStartReturnedAddsNothing: a watcher given to Watch once
+// Start has returned is stopped, and the events it had queued add nothing:
+// each is refused with ErrServerStopped, kept in WatchErrors.
+func TestWatchAfterStartReturnedAddsNothing(t *testing.T) {
+	ns := testNamespace(t)
+	r := startServer(t, ns, nil)
+	addReady(t, r.srv, "m1")
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	w := &queuedWatcher{ev: make(chan configwatcher.Event, 1), errs: make(chan error)}
+	w.ev <- configwatcher.Event{Type: configwatcher.Added, Config: config.NewNamedConfig("late-w", fakeMember(t, "x").Config())}
+	r.srv.Watch(w)
+	test.Eventually(t, 30*time.Second, "the queued event refused", func() bool {
+		for _, we := range r.srv.WatchErrors() {
+			if errors.Is(we.Err, server.ErrServerStopped) {
+				return true
+			}
+		}
+		return false
+	})
+	if st, err := r.srv.Status("late-w"); err == nil {
+		t.Errorf("a watcher's event applied after Start returned: cluster late-w known, phase %s", st.Phase)
+	}
+	if v := metricValue(t, "mccr_cluster_failures_total", "cluster", "late-w"); v >= 0 {
 		t.Error("a series of the cluster refused exists")
 	}
 }

@@ -187,14 +187,15 @@ func (s *Server) Add(nc *config.NamedConfig) error {
 	if err := validate(nc); err != nil {
 		return err
 	}
-	if err := s.checkRunnable(nc.Name); err != nil {
-		return err
-	}
 	return s.claims.add(s, nc)
 }
 
-// add adds a cluster whatever its claims; see Add.
+// add adds a cluster whatever its claims; see Add. A watcher's events
+// come here too: none adds a cluster once Start has returned.
 func (s *Server) add(nc *config.NamedConfig) error {
+	if err := s.checkRunnable(nc.Name); err != nil {
+		return err
+	}
 	fp := fingerprintsOf(nc)
 	for {
 		c := s.clusters.getOrCreate(nc.Name, func() *cluster { return newCluster(nc.Name, &s.env, &s.clusters) })
@@ -230,9 +231,6 @@ func (s *Server) Update(nc *config.NamedConfig) error {
 	if err := validate(nc); err != nil {
 		return err
 	}
-	if err := s.checkRunnable(nc.Name); err != nil {
-		return err
-	}
 	stopped, err := s.claims.update(s, nc)
 	if err != nil {
 		return err
@@ -241,6 +239,9 @@ func (s *Server) Update(nc *config.NamedConfig) error {
 }
 
 func (s *Server) update(nc *config.NamedConfig) (<-chan struct{}, error) {
+	if err := s.checkRunnable(nc.Name); err != nil {
+		return nil, err
+	}
 	fp := fingerprintsOf(nc)
 	for {
 		c := s.clusters.get(nc.Name)
