@@ -23,7 +23,6 @@ import (
 
 	"github.com/mccr-dev/mccr/internal/leaninformer"
 	"github.com/mccr-dev/mccr/known"
-	"github.com/mccr-dev/mccr/server"
 	"github.com/mccr-dev/mccr/test"
 )
 
@@ -271,14 +270,7 @@ func TestReadYourWritesAfterApplyOfMarkedConfiguration(t *testing.T) {
 		mu.Unlock()
 		return leaninformer.New(lw, obj, resync, idx)
 	}
-	srv, err := server.NewServer(fleet.Cluster("host").Config, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Add(named("c1", "c1")); err != nil {
-		t.Fatal(err)
-	}
-	test.Run(t, srv)
+	srv := startServerWith(t, o, named("c1", "c1"))
 	waitReady(t, srv, "c1")
 	c := srv.GetClient()
 	ctx := known.WithCluster(context.Background(), "c1")

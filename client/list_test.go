@@ -310,14 +310,7 @@ func TestFleetListLeavesUnsafeCacheUnmarked(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := serverOptions(testr.NewWithInterface(t, testr.Options{Verbosity: 0}), ns)
 			tc.config(&o)
-			srv, err := server.NewServer(fleet.Cluster("host").Config, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := srv.Add(named("c1", "c1")); err != nil {
-				t.Fatal(err)
-			}
-			test.Run(t, srv)
+			srv := startServerWith(t, o, named("c1", "c1"))
 			waitReady(t, srv, "c1")
 			c := srv.GetClient()
 			unmarked := func(when string) {

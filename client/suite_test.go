@@ -115,8 +115,13 @@ func sharedServer(t testing.TB) *server.Server {
 // given members added, and stops it when the test ends.
 func startServer(t testing.TB, ns string, add ...*config.NamedConfig) *server.Server {
 	t.Helper()
-	srv, err := server.NewServer(fleet.Cluster("host").Config,
-		serverOptions(testr.NewWithInterface(t, testr.Options{Verbosity: 0}), ns),
+	return startServerWith(t, serverOptions(testr.NewWithInterface(t, testr.Options{Verbosity: 0}), ns), add...)
+}
+
+// startServerWith is startServer with the given ctrl.Options.
+func startServerWith(t testing.TB, o ctrl.Options, add ...*config.NamedConfig) *server.Server {
+	t.Helper()
+	srv, err := server.NewServer(fleet.Cluster("host").Config, o,
 		func(o *server.Options) { o.StopTimeout = 30 * time.Second })
 	if err != nil {
 		t.Fatal(err)

@@ -13,10 +13,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/mccr-dev/mccr/config"
@@ -145,20 +143,10 @@ func TestFleetKindTellsDeletesAcrossAReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
-	srv, err := server.NewServer(fleet.Cluster("host").Config, ctrl.Options{
-		Logger:                 test.Logger(t),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
-	}, func(o *server.Options) {
-		o.Backoff.Duration = 100 * time.Millisecond
-		o.Backoff.Cap = time.Second
+	srv := newServer(t, ns, func(o *server.Options) {
 		o.ReachProbeInterval = reachInterval
 		o.ReachProbeTimeout = reachTimeout
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	log := watchFleetConfigMaps(t, srv, ns)
 	stop := test.Run(t, srv)
 	const name = "span-far"

@@ -98,17 +98,17 @@ func (h *hostReconciles) has(name string) bool {
 
 // newServer is startServer without the start: for tests that register host
 // controllers first.
-func newServer(t testing.TB, ns string) *server.Server {
+func newServer(t testing.TB, ns string, opts ...server.Option) *server.Server {
 	t.Helper()
 	srv, err := server.NewServer(fleet.Cluster("host").Config, ctrl.Options{
 		Logger:                 test.Logger(t),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
-	}, func(o *server.Options) {
+	}, append([]server.Option{func(o *server.Options) {
 		o.Backoff.Duration = 100 * time.Millisecond
 		o.Backoff.Cap = time.Second
-	})
+	}}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
