@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -28,20 +29,9 @@ func TestReplicaLeaseHolderEditedRunsNoClusterTwice(t *testing.T) {
 	for _, holder := range []string{"", "someone-else", "b"} {
 		for off := range 4 {
 			t.Run(fmt.Sprintf("holder=%q/off=%d", holder, off), func(t *testing.T) {
-				s := newSim(t, 8)
-				s.quiet = true
-				s.add("a", defaultTiming, Options{})
-				s.add("b", defaultTiming, Options{})
-				s.until(30*time.Second, "balanced", s.balanced)
-				s.run(2 * defaultTiming.lease) // cluster Leases old
-				for range off {
-					s.step()
-				}
-				cur := s.store.get(ReplicaLeaseName("fleet", "a"))
-				cur.Spec.HolderIdentity = ptr.To(holder)
-				s.store.put(cur)
-				s.run(30 * time.Second)
-				s.rec.noDoubles(t)
+				editLiveReplicaLease(t, defaultTiming, []string{"a", "b"}, off, func(l *coordinationv1.Lease) {
+					l.Spec.HolderIdentity = ptr.To(holder)
+				})
 			})
 		}
 	}
@@ -77,21 +67,12 @@ func TestWriterAnnotationEditedAwayIsNoDuplicate(t *testing.T) {
 func TestReplicaLeaseDurationEditedRunsNoClusterTwice(t *testing.T) {
 	tm := timing{8 * time.Second, 4 * time.Second, 2 * time.Second}
 	for off := range 8 {
-		s := newSim(t, 8)
-		s.quiet = true
-		s.add("a", tm, Options{})
-		s.add("b", tm, Options{})
-		s.until(30*time.Second, "balanced", s.balanced)
-		s.run(2 * tm.lease)
-		for range off {
-			s.step()
-		}
-		cur := s.store.get(ReplicaLeaseName("fleet", "a"))
-		cur.Spec.LeaseDurationSeconds = ptr.To([]int32{1, 0, -5}[off%3])
-		s.store.put(cur)
-		s.run(30 * time.Second)
-		t.Logf("offset %d", off)
-		s.rec.noDoubles(t)
+		d := []int32{1, 0, -5}[off%3]
+		t.Run(fmt.Sprintf("duration=%d/off=%d", d, off), func(t *testing.T) {
+			editLiveReplicaLease(t, tm, []string{"a", "b"}, off, func(l *coordinationv1.Lease) {
+				l.Spec.LeaseDurationSeconds = ptr.To(d)
+			})
+		})
 	}
 }
 
@@ -343,20 +324,10 @@ func TestReplicaLeaseEditedThenDeletedRunsNoClusterTwice(t *testing.T) {
 func TestReplicaLeaseRoleLabelEditedRunsNoClusterTwice(t *testing.T) {
 	for off := range 4 {
 		t.Run(fmt.Sprintf("off=%d", off), func(t *testing.T) {
-			s := newSim(t, 8)
-			s.quiet = true
-			s.add("b", defaultTiming, Options{})
-			s.add("a", defaultTiming, Options{})
-			s.until(30*time.Second, "balanced", s.balanced)
-			s.run(2 * defaultTiming.lease)
-			for range off {
-				s.step()
-			}
-			cur := s.store.get(ReplicaLeaseName("fleet", "a"))
-			cur.Labels[RoleLabel] = RoleCluster
-			s.store.put(cur)
-			s.run(20 * time.Second)
-			s.rec.noDoubles(t)
+			// b first: it steps before a renews and repairs the label.
+			editLiveReplicaLease(t, defaultTiming, []string{"b", "a"}, off, func(l *coordinationv1.Lease) {
+				l.Labels[RoleLabel] = RoleCluster
+			})
 		})
 	}
 }
@@ -386,4 +357,27 @@ func TestPinsFollowedOnlyWhenLiveReplicasAgree(t *testing.T) {
 			t.Errorf("%s: follows its pins %v, want %v", tc.name, got, tc.follow)
 		}
 	}
+}
+
+// editLiveReplicaLease runs replicas (in that order) until balanced and
+// their cluster Leases are old, steps off times, applies edit to the Lease
+// of live replica "a" as someone else would write it, and checks that no
+// cluster runs on two replicas over the 30 s that follow.
+func editLiveReplicaLease(t *testing.T, tm timing, replicas []string, off int, edit func(*coordinationv1.Lease)) {
+	t.Helper()
+	s := newSim(t, 8)
+	s.quiet = true
+	for _, id := range replicas {
+		s.add(id, tm, Options{})
+	}
+	s.until(30*time.Second, "balanced", s.balanced)
+	s.run(2 * tm.lease) // cluster Leases old
+	for range off {
+		s.step()
+	}
+	cur := s.store.get(ReplicaLeaseName("fleet", "a"))
+	edit(cur)
+	s.store.put(cur)
+	s.run(30 * time.Second)
+	s.rec.noDoubles(t)
 }
