@@ -93,8 +93,7 @@
 // after that (a reconciler that ignores its ctx) no longer holds Start,
 // which returns ErrStopTimeout naming it, as a controller-runtime Manager
 // returns after its graceful shutdown timeout (whatever the host Manager's
-// own timeout). Once Start has returned, Add and Update are
-// ErrServerStopped.
+// own timeout). Once Start has returned, Add is ErrServerStopped.
 //
 // Member Managers serve no metrics, probes, pprof or webhooks of their own
 // and elect no leader. On a member's Manager, AddHealthzCheck,

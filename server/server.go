@@ -55,9 +55,8 @@ var (
 	ErrStopTimeout = errors.New("cluster did not stop in time")
 	// ErrAlreadyStarted is returned by a second Start.
 	ErrAlreadyStarted = errors.New("server already started")
-	// ErrServerStopped is returned by Add and Update once Start has
-	// returned: a Server does not run again, so the cluster would never
-	// start.
+	// ErrServerStopped is returned by Add once Start has returned: a
+	// Server does not run again, so the cluster would never start.
 	ErrServerStopped = errors.New("server stopped")
 )
 
@@ -225,8 +224,8 @@ func (s *Server) add(nc *config.NamedConfig) error {
 // (a member that failed and waits to retry restarts on them at once).
 // Update returns once the old Manager has stopped (or with ErrStopTimeout
 // after Options.StopTimeout; the new Manager starts only once the old one
-// has stopped, whenever that is). Once Start has returned, Update is
-// ErrServerStopped.
+// has stopped, whenever that is). Once Start has returned, Update only
+// records the config: nothing runs again.
 func (s *Server) Update(nc *config.NamedConfig) error {
 	if err := validate(nc); err != nil {
 		return err
@@ -239,9 +238,6 @@ func (s *Server) Update(nc *config.NamedConfig) error {
 }
 
 func (s *Server) update(nc *config.NamedConfig) (<-chan struct{}, error) {
-	if err := s.checkRunnable(nc.Name); err != nil {
-		return nil, err
-	}
 	fp := fingerprintsOf(nc)
 	for {
 		c := s.clusters.get(nc.Name)
