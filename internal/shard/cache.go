@@ -176,22 +176,36 @@ func (c *cache) roleOf(l *coordinationv1.Lease) string {
 // belongs reports whether l is one of the Group's Leases.
 func (c *cache) belongs(l *coordinationv1.Lease) bool { return c.roleOf(l) != "" }
 
-// fresh takes l as read from the API server: what the API server has now,
-// whatever this replica saw before — even a version that compares lower
-// (etcd restored from a backup).
-func (c *cache) fresh(l *coordinationv1.Lease) { c.take(l, true) }
-
-// written takes l as a write's answer: the API server's version when it
-// applied the write, unless a later version is known already (the answer
-// came late, after the watch delivered another replica's write).
-func (c *cache) written(l *coordinationv1.Lease) { c.take(l, false) }
-
-func (c *cache) take(l *coordinationv1.Lease, read bool) {
+// fresh takes l as read from the API server by a read sent at sent (the
+// cache's clock): what the API server had then, whatever this replica saw
+// before — even a version that compares lower (etcd restored from a
+// backup) — but not over a later version of the Lease that arrived while
+// the read was under way (the read's answer was already old).
+func (c *cache) fresh(l *coordinationv1.Lease, sent time.Time) {
 	if !c.belongs(l) {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if old := c.entries[l.Name]; old != nil && !old.gone && old.at.After(sent) && older(l, old.lease) {
+		return
+	}
+	c.takeLocked(l, true)
+}
+
+// written takes l as a write's answer: the API server's version when it
+// applied the write, unless a later version is known already (the answer
+// came late, after the watch delivered another replica's write).
+func (c *cache) written(l *coordinationv1.Lease) {
+	if !c.belongs(l) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.takeLocked(l, false)
+}
+
+func (c *cache) takeLocked(l *coordinationv1.Lease, read bool) {
 	if h := c.superseded[l.Name]; h != nil {
 		h.versions = slices.DeleteFunc(h.versions, func(rv string) bool { return rv == l.ResourceVersion })
 	}

@@ -87,12 +87,36 @@ func TestCacheTakesARestoredLease(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	c := newCache(clk, "fleet", time.Second, 2*time.Second, nil)
 	c.watched(versioned(groupLease("c1", "a"), "5000"))
-	c.fresh(versioned(groupLease("c1", "b"), "120")) // read after a conflict
+	c.fresh(versioned(groupLease("c1", "b"), "120"), clk.Now()) // read after a conflict
 	if e, _ := c.get("c1"); e.rec.holder != "b" || e.lease.ResourceVersion != "120" {
 		t.Fatalf("after reading the restored Lease: holder %q at %s, want b at 120", e.rec.holder, e.lease.ResourceVersion)
 	}
 	c.watched(versioned(groupLease("c1", "c"), "121"))
 	if e, _ := c.get("c1"); e.rec.holder != "c" {
 		t.Fatalf("the watch's next version after the restore was refused: holder %q", e.rec.holder)
+	}
+}
+
+// TestCacheKeepsAVersionThatArrivedDuringARead: a read sent before the
+// watch delivered a later version (another replica's release of a
+// cluster's Lease) answers with the version before it; that answer must
+// not replace the later one, or the replica would wait on a holder that
+// has let go until its watch relists. A read sent after it wins, as after
+// a restore.
+func TestCacheKeepsAVersionThatArrivedDuringARead(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	c := newCache(clk, "fleet", time.Second, 2*time.Second, nil)
+	c.watched(versioned(groupLease("c1", "b"), "100"))
+	sent := clk.Now()
+	clk.Step(time.Millisecond)
+	c.watched(versioned(groupLease("c1", ""), "101")) // released meanwhile
+	c.fresh(versioned(groupLease("c1", "b"), "100"), sent)
+	if e, _ := c.get("c1"); e.rec.holder != "" || e.lease.ResourceVersion != "101" {
+		t.Fatalf("a read's older answer replaced the release: holder %q at %s", e.rec.holder, e.lease.ResourceVersion)
+	}
+	clk.Step(time.Millisecond)
+	c.fresh(versioned(groupLease("c1", "x"), "50"), clk.Now()) // restored, read after
+	if e, _ := c.get("c1"); e.rec.holder != "x" {
+		t.Fatalf("a read sent after the last version did not win: holder %q", e.rec.holder)
 	}
 }

@@ -537,6 +537,7 @@ func (c *Coordinator) refresh(ctx context.Context, name string) (read bool) {
 	c.budget--
 	rctx, cancel := context.WithTimeout(ctx, c.o.requestTimeout())
 	defer cancel()
+	sent := c.o.Clock.Now()
 	l, err := c.leases.Get(rctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -544,7 +545,7 @@ func (c *Coordinator) refresh(ctx context.Context, name string) (read bool) {
 	case err != nil:
 		return false
 	default:
-		c.cache.fresh(l)
+		c.cache.fresh(l, sent)
 	}
 	return true
 }

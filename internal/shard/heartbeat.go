@@ -236,6 +236,7 @@ func (h *heartbeat) renew(ctx context.Context) bool {
 func (h *heartbeat) read(ctx context.Context, now time.Time) (*coordinationv1.Lease, error) {
 	rctx, cancel := context.WithTimeout(ctx, h.o.requestTimeout())
 	defer cancel()
+	sent := h.o.Clock.Now()
 	cur, err := h.leases.Get(rctx, h.name, metav1.GetOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
@@ -243,7 +244,7 @@ func (h *heartbeat) read(ctx context.Context, now time.Time) (*coordinationv1.Le
 		}
 		return nil, err
 	}
-	h.cache.fresh(cur)
+	h.cache.fresh(cur, sent)
 	if h.othersWrite(cur) {
 		h.foreign(cur, now)
 	}

@@ -222,7 +222,7 @@ func TestCacheVersions(t *testing.T) {
 	c.watched(mk("1", "a"))
 	first, _ := c.get("l")
 	clk.Step(time.Second)
-	c.fresh(mk("2", "a")) // same record, new version: since stays
+	c.fresh(mk("2", "a"), clk.Now()) // same record, new version: since stays
 	if e, _ := c.get("l"); !e.since.Equal(first.since) {
 		t.Error("a version that changed nothing of the record moved since")
 	}
