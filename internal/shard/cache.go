@@ -130,6 +130,8 @@ type cache struct {
 	clock clock.PassiveClock
 	group string
 	key   string // GroupKey(group)
+	// The prefixes of the Group's replica and cluster Lease names.
+	replicaPrefix, clusterPrefix string
 	// grace is how long a version from a read or write survives relists
 	// that do not show it yet.
 	grace time.Duration
@@ -145,8 +147,9 @@ type cache struct {
 }
 
 func newCache(clk clock.PassiveClock, group string, grace, fallback time.Duration, notify func()) *cache {
+	key := GroupKey(group)
 	return &cache{
-		clock: clk, group: group, key: GroupKey(group), grace: grace, fallback: fallback, notify: notify,
+		clock: clk, group: group, key: key, replicaPrefix: key + "-" + replicaInfix, clusterPrefix: key + "-" + clusterInfix, grace: grace, fallback: fallback, notify: notify,
 		entries: map[string]*entry{}, superseded: map[string]*history{},
 	}
 }
@@ -162,9 +165,9 @@ func (c *cache) roleOf(l *coordinationv1.Lease) string {
 		return ""
 	}
 	switch {
-	case strings.HasPrefix(l.Name, c.key+"-"+replicaInfix):
+	case strings.HasPrefix(l.Name, c.replicaPrefix):
 		return RoleReplica
-	case strings.HasPrefix(l.Name, c.key+"-"+clusterInfix):
+	case strings.HasPrefix(l.Name, c.clusterPrefix):
 		return RoleCluster
 	}
 	if role := l.Labels[RoleLabel]; annotated && (role == RoleReplica || role == RoleCluster) {
