@@ -2,8 +2,12 @@ package server
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +37,13 @@ var phaseOrder = []Phase{PhasePending, PhaseQueued, PhaseStarting, PhaseSyncing,
 // written.
 const maxFleetRenders = 2
 
+// maxFleetPages bounds the views under way at once, from their render to
+// the end of their write (up to fleetWriteTimeout for a viewer that does
+// not read): a rendered page is some 5 MB at 10,000 members, and viewers
+// that never read their pages would otherwise hold as many as they open
+// connections. Views beyond it wait their turn, as for a render slot.
+const maxFleetPages = 8
+
 func (s *Server) mountFleetPage() error {
 	h := newFleetPage(s)
 	if err := s.host.AddMetricsServerExtraHandler(fleetPagePath, http.HandlerFunc(h.serveHTML)); err != nil {
@@ -51,10 +62,11 @@ type fleetPage struct {
 	rates   rateBase
 	depths  queueDepths
 	renders chan struct{} // a slot per view being rendered
+	pages   chan struct{} // a slot per view under way, rendered or written
 }
 
 func newFleetPage(s *Server) *fleetPage {
-	return &fleetPage{s: s, renders: make(chan struct{}, maxFleetRenders)}
+	return &fleetPage{s: s, renders: make(chan struct{}, maxFleetRenders), pages: make(chan struct{}, maxFleetPages)}
 }
 
 func (h *fleetPage) serveHTML(w http.ResponseWriter, r *http.Request) {
@@ -71,12 +83,10 @@ func (h *fleetPage) serve(w http.ResponseWriter, r *http.Request, contentType st
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	buf, err := h.render(r, write)
-	switch {
-	case r.Context().Err() != nil:
-		return // the viewer left while waiting for a slot
-	case err != nil:
-		http.Error(w, "rendering the fleet page: "+err.Error(), http.StatusInternalServerError)
+	q := r.URL.Query()
+	phase, ok := phaseFilter(q.Get("phase"))
+	if !ok {
+		http.Error(w, fmt.Sprintf("unknown phase %q; the phases are %v", q.Get("phase"), phaseOrder), http.StatusBadRequest)
 		return
 	}
 	hdr := w.Header()
@@ -87,30 +97,79 @@ func (h *fleetPage) serve(w http.ResponseWriter, r *http.Request, contentType st
 	// markup from running or loading anything, should escaping ever fail.
 	hdr.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; form-action 'none'")
 	if r.Method == http.MethodHead {
+		return // the headers are the same whatever the fleet: nothing to render
+	}
+	if !h.take(r.Context(), h.pages) {
+		busy(w)
 		return
 	}
-	// A viewer that does not read holds its page, not a slot, and not for
-	// long: the metrics server sets no write timeout of its own.
+	defer func() { <-h.pages }()
+	buf, err := h.render(r, write, phase, q.Get("sort"))
+	switch {
+	case errors.Is(err, errViewerLeft):
+		busy(w)
+		return
+	case err != nil:
+		http.Error(w, "rendering the fleet page: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	// A viewer that does not read holds its page and a page slot, not a
+	// render slot, and not for long: the metrics server sets no write
+	// timeout of its own.
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(fleetWriteTimeout))
 	_, _ = w.Write(buf.Bytes())
+}
+
+// busy answers a view that left (or whose server stopped) before it got
+// its turn; nobody may be there to read it.
+func busy(w http.ResponseWriter) {
+	hdr := w.Header()
+	hdr.Del("Content-Type")
+	hdr.Set("Retry-After", "1")
+	http.Error(w, "fleet page: the view ended before its turn", http.StatusServiceUnavailable)
+}
+
+// phaseFilter returns the phase a view's filter names, ignoring case
+// ("" for none), and whether it names one.
+func phaseFilter(q string) (Phase, bool) {
+	if q == "" {
+		return "", true
+	}
+	for _, ph := range phaseOrder {
+		if strings.EqualFold(q, string(ph)) {
+			return ph, true
+		}
+	}
+	return "", false
 }
 
 // fleetWriteTimeout bounds how long a view's page may take to write.
 const fleetWriteTimeout = 30 * time.Second
 
+// errViewerLeft is why a view was not rendered: its request's context
+// ended while it waited for its turn.
+var errViewerLeft = errors.New("the viewer left")
+
+// take takes a slot of slots, waiting its turn; false when ctx ends first.
+func (h *fleetPage) take(ctx context.Context, slots chan struct{}) bool {
+	select {
+	case slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // render renders one view in one of the render slots, and lets go of the
 // slot before the page is written. It renders nothing when the viewer
 // leaves while it waits for a slot.
-func (h *fleetPage) render(r *http.Request, write func(io.Writer, *fleetz.Page) error) (*bytes.Buffer, error) {
-	select {
-	case h.renders <- struct{}{}:
-		defer func() { <-h.renders }()
-	case <-r.Context().Done():
-		return nil, r.Context().Err()
+func (h *fleetPage) render(r *http.Request, write func(io.Writer, *fleetz.Page) error, phase Phase, sortBy string) (*bytes.Buffer, error) {
+	if !h.take(r.Context(), h.renders) {
+		return nil, errViewerLeft
 	}
-	q := r.URL.Query()
+	defer func() { <-h.renders }()
 	var buf bytes.Buffer
-	err := write(&buf, h.page(time.Now(), q.Get("phase"), q.Get("sort")))
+	err := write(&buf, h.page(time.Now(), string(phase), sortBy))
 	return &buf, err
 }
 

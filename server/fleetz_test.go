@@ -184,12 +184,13 @@ func TestFleetPageReadsTheClusterRecords(t *testing.T) {
 	if i, j := strings.Index(text, `data-phase="Pending"`), strings.Index(text, `data-phase="Failed"`); i < 0 || j < i {
 		t.Errorf("?sort=phase: Pending rows should come before Failed ones")
 	}
-	_, page = get(t, h.serveHTML, `/fleetz?phase="><script>alert(5)</script>`)
-	if strings.Contains(page, "<script>") {
-		t.Errorf("the echoed filter became markup")
+	rec := httptest.NewRecorder()
+	h.serveHTML(rec, httptest.NewRequest(http.MethodGet, `/fleetz?phase="><script>alert(5)</script>`, nil))
+	if ct := rec.Header().Get("Content-Type"); rec.Code != http.StatusBadRequest || !strings.HasPrefix(ct, "text/plain") {
+		t.Errorf("a filter that is markup: %d as %q; want 400 as text/plain", rec.Code, ct)
 	}
 
-	rec := httptest.NewRecorder()
+	rec = httptest.NewRecorder()
 	h.serveHTML(rec, httptest.NewRequest(http.MethodPost, "/fleetz", nil))
 	if rec.Code != http.StatusMethodNotAllowed {
 		t.Errorf("POST: %d", rec.Code)
@@ -330,8 +331,8 @@ func TestFleetPageRendersAFewViewsAtOnce(t *testing.T) {
 	}
 	cancel()
 	<-done
-	if rec.Body.Len() != 0 {
-		t.Errorf("a view whose viewer left while waiting wrote %d bytes", rec.Body.Len())
+	if rec.Code != http.StatusServiceUnavailable || strings.Contains(rec.Body.String(), `"one"`) {
+		t.Errorf("a view whose viewer left while waiting: %d %.200s; want 503 and no page", rec.Code, rec.Body)
 	}
 	<-h.renders // one view is done
 	if _, body := get(t, h.serveJSON, "/fleetz.json"); !strings.Contains(body, `"one"`) {
@@ -385,5 +386,98 @@ func TestFleetPageSlowViewersHoldNoSlot(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("a view waited 10 s while %d viewers did not read theirs", len(slow))
+	}
+}
+
+// Views that are rendered and not read hold their pages: at most
+// maxFleetPages are under way at once, and the next view waits until one
+// of them is written (or its write times out), so that viewers who read
+// nothing hold a few pages' memory however many connections they open.
+func TestFleetPageBoundsThePagesHeld(t *testing.T) {
+	srv := unstartedServer(t)
+	addNamed(t, srv, "one", "/fleet/one.kubeconfig")
+	h := newFleetPage(srv)
+	slow := make([]*blockedWriter, 0, maxFleetPages)
+	released := 0
+	defer func() {
+		for _, w := range slow[released:] {
+			close(w.release)
+		}
+	}()
+	for range maxFleetPages {
+		w := &blockedWriter{header: http.Header{}, writing: make(chan struct{}), release: make(chan struct{})}
+		slow = append(slow, w)
+		go h.serveJSON(w, httptest.NewRequest(http.MethodGet, "/fleetz.json", nil))
+		<-w.writing
+	}
+	done := make(chan string, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		h.serveJSON(rec, httptest.NewRequest(http.MethodGet, "/fleetz.json", nil))
+		done <- rec.Body.String()
+	}()
+	select {
+	case <-done:
+		t.Fatalf("a view was served while %d pages were held by viewers who read nothing", maxFleetPages)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(slow[0].release)
+	released = 1
+	select {
+	case body := <-done:
+		if !strings.Contains(body, `"one"`) {
+			t.Errorf("the view: %.200s", body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a view still waited 10 s after a held page was written")
+	}
+}
+
+// A HEAD request gets the page's headers without waiting for a render
+// slot: it renders nothing.
+func TestFleetPageHeadRendersNothing(t *testing.T) {
+	srv := unstartedServer(t)
+	addNamed(t, srv, "one", "/fleet/one.kubeconfig")
+	h := newFleetPage(srv)
+	for range maxFleetRenders {
+		h.renders <- struct{}{} // views being rendered, for good
+	}
+	for _, serve := range []http.HandlerFunc{h.serveHTML, h.serveJSON} {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		rec := httptest.NewRecorder()
+		serve(rec, httptest.NewRequest(http.MethodHead, "/fleetz", nil).WithContext(ctx))
+		cancel()
+		if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") == "" || rec.Header().Get("Content-Security-Policy") == "" || rec.Body.Len() != 0 {
+			t.Errorf("HEAD with every render slot taken: %d, headers %v, %d bytes; want 200 with the page's headers and no body", rec.Code, rec.Header(), rec.Body.Len())
+		}
+	}
+}
+
+// The phase filter takes a phase in any case; a filter that names no
+// phase is refused, naming the phases, rather than showing an empty fleet
+// under the name it was given.
+func TestFleetPagePhaseFilter(t *testing.T) {
+	srv := unstartedServer(t)
+	addNamed(t, srv, "one", "/fleet/one.kubeconfig")
+	h := newFleetPage(srv)
+	for _, q := range []string{"Pending", "pending", "PENDING"} {
+		_, body := get(t, h.serveJSON, "/fleetz.json?phase="+q)
+		if !strings.Contains(body, `"one"`) || !strings.Contains(body, `"phase": "Pending"`) {
+			t.Errorf("phase=%s: %.300s; want the Pending member, filtered by Pending", q, body)
+		}
+	}
+	if _, body := get(t, h.serveJSON, "/fleetz.json?phase=ready"); strings.Contains(body, `"one"`) {
+		t.Errorf("phase=ready shows the Pending member: %.300s", body)
+	}
+	for _, q := range []string{"Bogus", "%3Cscript%3E", "Ready%20"} {
+		rec := httptest.NewRecorder()
+		h.serveHTML(rec, httptest.NewRequest(http.MethodGet, "/fleetz?phase="+q, nil))
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), string(PhaseReady)) {
+			t.Errorf("phase=%s: %d %q; want 400 naming the phases", q, rec.Code, rec.Body)
+		}
+		// The filter is quoted back as text, never as markup.
+		if ct, nosniff := rec.Header().Get("Content-Type"), rec.Header().Get("X-Content-Type-Options"); !strings.HasPrefix(ct, "text/plain") || nosniff != "nosniff" {
+			t.Errorf("phase=%s: answered as %q (X-Content-Type-Options %q); want text/plain, nosniff", q, ct, nosniff)
+		}
 	}
 }
