@@ -44,9 +44,12 @@ type ClusterEvent struct {
 // leaves the fleet (or, with sharding, this replica: Elsewhere), and enqueues the requests fn returns — so that a
 // controller aggregating over the fleet recomputes when the fleet changes
 // instead of polling. When the controller starts, fn is called once for
-// every member already Ready, Unreachable or Failed. The ctx fn gets names
-// the member (known.ClusterFrom). fn runs in the source's own goroutine,
-// one call at a time; a slow fn delays only this source.
+// every member already Ready, Unreachable or Failed (with sharding, of
+// those this replica runs). The ctx fn gets names the member
+// (known.ClusterFrom). fn runs in the source's own goroutine, one call at
+// a time; a slow fn delays only this source, and is then told each
+// member's latest state, not every step it missed: however long fn
+// blocks, the source holds one event per member.
 //
 // An event is told after the fact: by the time fn runs, the fan-out
 // client, Status and ClusterNames already show it — a member told Ready is

@@ -26,27 +26,44 @@ type Member struct {
 }
 
 // Feed tells its subscribers every change of a member: first the state of
-// every member when they subscribe, then each change, in order per
-// member. Cluster records publish to it under their own lock, so its lock
-// is a leaf and Publish never blocks; subscribers run in goroutines of
-// their own with no lock held, so a slow subscriber delays nothing but
-// itself. The zero value is ready to use.
+// every member in this replica's fleet when they subscribe (not those
+// another replica runs: a subscriber has nothing of theirs to let go),
+// then each change, in order per member. Cluster records publish to it
+// under their own lock, so its lock is a leaf and Publish never blocks;
+// subscribers run in goroutines of their own with no lock held, so a slow
+// subscriber delays nothing but itself.
+//
+// A subscriber that falls behind is told each member's latest state: a
+// state not yet handed to it is replaced by the member's next one, in its
+// place in the queue. So a subscriber's queue holds at most one state per
+// member, however long it blocks, and no Manager a member has since
+// replaced is kept for it. The zero value is ready to use.
 type Feed struct {
 	mu   sync.Mutex
 	now  map[string]Member
 	subs map[*subscription]struct{}
 }
 
-// subscription is one subscriber's queue.
+// subscription is one subscriber's queue: at most one state per member,
+// the latest (queued: where it is).
 type subscription struct {
-	mu    sync.Mutex
-	queue []Member
-	wake  chan struct{} // capacity 1: "the queue is not empty"
+	mu     sync.Mutex
+	queue  []Member
+	queued map[string]int
+	wake   chan struct{} // capacity 1: "the queue is not empty"
 }
 
 func (s *subscription) push(m Member) {
 	s.mu.Lock()
-	s.queue = append(s.queue, m)
+	if i, ok := s.queued[m.Name]; ok {
+		s.queue[i] = m
+	} else {
+		if s.queued == nil {
+			s.queued = map[string]int{}
+		}
+		s.queued[m.Name] = len(s.queue)
+		s.queue = append(s.queue, m)
+	}
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -59,6 +76,7 @@ func (s *subscription) take() []Member {
 	defer s.mu.Unlock()
 	q := s.queue
 	s.queue = nil
+	clear(s.queued)
 	return q
 }
 
@@ -81,22 +99,22 @@ func (f *Feed) Publish(m Member) {
 	}
 }
 
-// Subscribe calls fn with the state of every member, then with each
-// change, until ctx ends, and then end (if not nil). Both run in one
+// Subscribe calls fn with the state of every member of this replica's
+// fleet, then with each change (the latest, when fn falls behind), until
+// ctx ends, and then end (if not nil). Both run in one
 // goroutine of the subscription's own, one call at a time.
 func (f *Feed) Subscribe(ctx context.Context, fn func(Member), end func()) {
 	s := &subscription{wake: make(chan struct{}, 1)}
 	f.mu.Lock()
 	for _, m := range f.now {
-		s.queue = append(s.queue, m)
+		if !m.Away {
+			s.push(m)
+		}
 	}
 	if f.subs == nil {
 		f.subs = map[*subscription]struct{}{}
 	}
-	f.subs[s] = struct{}{}
-	if len(s.queue) > 0 {
-		s.wake <- struct{}{} // nobody else can have filled it yet
-	}
+	f.subs[s] = struct{}{} // push has woken the goroutine if it queued any
 	f.mu.Unlock()
 	go func() {
 		defer func() {
