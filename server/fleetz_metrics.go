@@ -45,9 +45,11 @@ func (rc reconcileCounts) add(cluster, controller string, total, errors float64)
 
 // readReconcileCounts reads the mccr_reconcile_ counters of the members
 // in statuses (the Server's) from their records, without gathering any
-// series. The records are the process's: those of another Server's
-// members (one running alongside, in a test or a program with two) are
-// not this Server's figures, and its page's totals add up its own rows.
+// series. The records are the process's, by cluster name: a member of
+// another Server running alongside (in a test, or a program with two) is
+// left out unless it has the name of one of this Server's, and then its
+// counts add to this one's, as its series do (see memberSeriesSet). The
+// page's totals add up its own rows.
 func readReconcileCounts(statuses []ClusterStatus) reconcileCounts {
 	rc := reconcileCounts{byCluster: make(map[string]map[string]reconcileCount, len(statuses))}
 	names := func(yield func(string) bool) {
