@@ -52,8 +52,13 @@ const (
 	// per-cluster config of an exec plugin: its content reaches the plugin
 	// as spec.cluster.config in KUBERNETES_EXEC_INFO.
 	ClusterExecExtension = "client.authentication.k8s.io/exec"
-	// ClusterProfileArgsExtension holds a list of arguments the profile
-	// asks to add to the plugin's command line (KEP-5339).
+	// ClusterProfileArgsExtension holds the arguments the profile asks to
+	// add to the plugin's command line (KEP-5339): an object whose "args"
+	// is a list of strings, {"args": ["--tenant", "t1"]}, or the list
+	// alone. The list is the shape the Cluster Inventory API's own library
+	// reads, but the extension is an object in the upstream CRDs (and in
+	// those of package clusterinventory), so the API server stores no
+	// list there: a cluster manager writes the object.
 	ClusterProfileArgsExtension = "clusterprofiles.multicluster.x-k8s.io/exec/additional-args"
 	// ClusterProfileEnvExtension holds a map of environment variables the
 	// profile asks to give the plugin (KEP-5339).
@@ -148,8 +153,13 @@ const (
 // Arguments. Append gives the profile the plugin's command line after the
 // operator's arguments: every flag the plugin has, and for a wrapper
 // script whatever it does with "$@" (sh -c "$*" runs them; a flag such as
-// --exec or --config chooses another program or file). Only an argument
-// holding a control character (NUL, a line break, an escape) is refused.
+// --exec or --config chooses another program or file). The extension is
+// {"args": [...]}, a list of strings (see ClusterProfileArgsExtension);
+// the profile is refused when it holds anything else (another field, an
+// argument that is no string), more than 64 arguments, an argument longer
+// than 4096 bytes, or one holding a control character (NUL, a line break,
+// an escape); the error names the argument by its position, never quotes
+// it.
 // Keep Ignore unless every flag of the plugin is safe in a stranger's
 // hands.
 type AccessProvider struct {
@@ -281,11 +291,8 @@ func (p *AccessProvider) execWith(exts map[string]json.RawMessage, environ func(
 		InteractiveMode:    clientcmdapi.NeverExecInteractiveMode,
 	}
 	if raw, ok := exts[ClusterProfileArgsExtension]; ok && p.ProfileSourcedCLIArgsPolicy == AccessPolicyAppend {
-		var args []string
-		if err := json.Unmarshal(raw, &args); err != nil {
-			return nil, fmt.Errorf("extension %s is not a list of strings", ClusterProfileArgsExtension)
-		}
-		if err := checkProfileArgs(args); err != nil {
+		args, err := profileArgs(raw)
+		if err != nil {
 			return nil, err
 		}
 		e.Args = append(e.Args, args...)

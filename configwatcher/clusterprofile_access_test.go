@@ -2,7 +2,9 @@ package configwatcher
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -60,5 +62,74 @@ func TestAccessProviderExecFor(t *testing.T) {
 	p := &AccessProvider{Name: "p", ExecConfig: base, ProfileSourcedCLIArgsPolicy: AccessPolicyAppend}
 	if _, err := p.execWith(map[string]json.RawMessage{ClusterProfileArgsExtension: json.RawMessage(`{"not":"a list"}`)}, noEnviron); err == nil {
 		t.Error("an args extension that is no list was accepted")
+	}
+}
+
+// The args extension as a profile can store it: an object {"args": [...]}
+// (the CRDs declare extensions objects), or the bare list of the Cluster
+// Inventory API's library; anything else, and too much, refuses the
+// profile with an error that quotes no argument.
+func TestProfileArgsShapes(t *testing.T) {
+	p := &AccessProvider{Name: "p", ExecConfig: &clientcmdapi.ExecConfig{Command: "/bin/plugin", Args: []string{"--fixed"}},
+		ProfileSourcedCLIArgsPolicy: AccessPolicyAppend}
+	exec := func(raw string) ([]string, error) {
+		e, err := p.execWith(map[string]json.RawMessage{ClusterProfileArgsExtension: json.RawMessage(raw)}, noEnviron)
+		if err != nil {
+			return nil, err
+		}
+		return e.Args, nil
+	}
+	for _, ok := range []string{`{"args":["--tenant","t1"]}`, ` { "args" : [ "--tenant", "t1" ] } `, `["--tenant","t1"]`, "\n[\"--tenant\",\"t1\"]"} {
+		if args, err := exec(ok); err != nil || !slices.Equal(args, []string{"--fixed", "--tenant", "t1"}) {
+			t.Errorf("%s: args %q, error %v; want the operator's, then the profile's", ok, args, err)
+		}
+	}
+	if args, err := exec(`{"args":[]}`); err != nil || !slices.Equal(args, []string{"--fixed"}) {
+		t.Errorf("an empty list: args %q, error %v", args, err)
+	}
+
+	many := make([]string, maxProfileArgs+1)
+	for i := range many {
+		many[i] = "--x"
+	}
+	tooMany, _ := json.Marshal(map[string]any{"args": many})
+	exact, _ := json.Marshal(map[string]any{"args": many[:maxProfileArgs]})
+	if args, err := exec(string(exact)); err != nil || len(args) != 1+maxProfileArgs {
+		t.Errorf("%d arguments: %d taken, error %v; want all", maxProfileArgs, len(args), err)
+	}
+	long, _ := json.Marshal(map[string]any{"args": []string{"--ok", "--secret=" + strings.Repeat("s", maxProfileArgLen)}})
+	for _, c := range []struct{ raw, says string }{
+		{`{"args":["--ok",42]}`, "argument 1 is not a string"},
+		{`{"args":["--ok",null]}`, "argument 1 is not a string"},
+		{`{"args":[["--nested"]]}`, "argument 0 is not a string"},
+		{`{"args":[{"--k":"v"}]}`, "argument 0 is not a string"},
+		{`["--ok",true]`, "argument 1 is not a string"},
+		{`{"args":"--tenant t1"}`, `"args" is not a list`},
+		{`{"args":{"0":"--x"}}`, `"args" is not a list`},
+		{`{"argv":["--x"]}`, `unknown field "argv"`},
+		{`{"args":["--x"],"command":"/bin/sh"}`, `unknown field "command"`},
+		{`{"` + strings.Repeat("k", 1000) + `":1}`, `unknown field "kkkk`},
+		{`{}`, `has no "args"`},
+		{`null`, "neither an object"},
+		{`"--tenant"`, "neither an object"},
+		{`42`, "neither an object"},
+		{`{"args":`, "neither an object"},
+		{string(tooMany), fmt.Sprintf("%d arguments, more than the %d", maxProfileArgs+1, maxProfileArgs)},
+		{string(long), "argument 1 is longer than 4096 bytes"},
+		{`{"args":["--ok","a\u0000b"]}`, "argument 1 holds a control character"},
+	} {
+		_, err := exec(c.raw)
+		if err == nil || !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), ClusterProfileArgsExtension) {
+			t.Errorf("%.80s: error %v, want one naming the extension and saying %q", c.raw, err, c.says)
+			continue
+		}
+		if len(err.Error()) > 400 || strings.Contains(err.Error(), "--secret") || strings.Contains(err.Error(), "a\\x00b") {
+			t.Errorf("%.80s: the error quotes the profile's input: %.200s", c.raw, err)
+		}
+	}
+	// Ignored whatever it holds when the provider does not allow it.
+	q := &AccessProvider{Name: "p", ExecConfig: p.ExecConfig}
+	if e, err := q.execWith(map[string]json.RawMessage{ClusterProfileArgsExtension: tooMany}, noEnviron); err != nil || !slices.Equal(e.Args, []string{"--fixed"}) {
+		t.Errorf("policy Ignore: args %v, error %v", e, err)
 	}
 }

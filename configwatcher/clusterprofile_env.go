@@ -1,6 +1,8 @@
 package configwatcher
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -239,6 +241,62 @@ func (m *profileEnvMerge) merge(base []clientcmdapi.ExecEnvVar, env map[string]s
 	}
 	slices.SortFunc(out, func(a, b clientcmdapi.ExecEnvVar) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// Bounds of what a profile's ClusterProfileArgsExtension may add: no
+// plugin needs more, and every argument is copied into each config built
+// and each run of the plugin.
+const (
+	maxProfileArgs   = 64
+	maxProfileArgLen = 4096
+)
+
+// profileArgs reads a profile's ClusterProfileArgsExtension: an object
+// {"args": [...]} (the shape the CRDs' extension schema, an object,
+// stores) or a bare list (the Cluster Inventory API library's shape), of
+// strings either way, bounded by maxProfileArgs and maxProfileArgLen and
+// checked by checkProfileArgs. Errors say what is wrong and where, never
+// quote an argument.
+func profileArgs(raw json.RawMessage) ([]string, error) {
+	fail := func(format string, args ...any) ([]string, error) {
+		return nil, fmt.Errorf("extension %s: %s", ClusterProfileArgsExtension, fmt.Sprintf(format, args...))
+	}
+	list := raw
+	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '[' {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+			return fail(`is neither an object {"args": [...]} nor a list of strings`)
+		}
+		for _, k := range slices.Sorted(maps.Keys(obj)) {
+			if k != "args" {
+				return fail(`unknown field %s: the object holds "args" only`, quoteName(k))
+			}
+		}
+		var ok bool
+		if list, ok = obj["args"]; !ok {
+			return fail(`the object has no "args"`)
+		}
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(list, &items); err != nil {
+		return fail(`"args" is not a list`)
+	}
+	if len(items) > maxProfileArgs {
+		return fail("%d arguments, more than the %d a profile may add", len(items), maxProfileArgs)
+	}
+	args := make([]string, len(items))
+	for i, item := range items {
+		if err := json.Unmarshal(item, &args[i]); err != nil || string(bytes.TrimSpace(item)) == "null" {
+			return fail("argument %d is not a string", i)
+		}
+		if len(args[i]) > maxProfileArgLen {
+			return fail("argument %d is longer than %d bytes", i, maxProfileArgLen)
+		}
+	}
+	if err := checkProfileArgs(args); err != nil {
+		return nil, err
+	}
+	return args, nil
 }
 
 // checkProfileArgs refuses arguments that hold a control character (NUL,

@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -82,6 +83,7 @@ func TestClusterProfileWatcher(t *testing.T) {
 	t.Run("PublishUnhealthy", e.testPublishUnhealthy)
 	t.Run("NamespacesAndSelector", e.testNamespacesAndSelector)
 	t.Run("ProfileSourcedEnv", e.testProfileSourced)
+	t.Run("ProfileSourcedArgs", e.testProfileSourcedArgs)
 	t.Run("ProvidersFile", e.testProvidersFile)
 	t.Run("Members", e.testMembers)
 	t.Run("Joined", e.testJoined)
@@ -191,6 +193,7 @@ func (e *clusterProfileEnv) writeToken(t *testing.T, cluster, token string, ttl 
 // pluginRun is one run of the exec plugin, as it logged it.
 type pluginRun struct {
 	Provider string          `json:"provider"`
+	Args     []string        `json:"args"`
 	Server   string          `json:"server"`
 	HasCA    bool            `json:"hasCA"`
 	Config   json.RawMessage `json:"config"`
@@ -604,9 +607,8 @@ func (e *clusterProfileEnv) testNamespacesAndSelector(t *testing.T) {
 
 // testProfileSourced: a profile adds environment variables to the plugin
 // only where the operator's provider allows it; the command is always the
-// operator's, whatever the profile's extensions hold. (Arguments come as
-// a list, which the CRD's extension schema, an object as upstream's, does
-// not store; clusterprofile_access_test.go covers them.)
+// operator's, whatever the profile's extensions hold. (ProfileSourcedArgs
+// covers arguments.)
 func (e *clusterProfileEnv) testProfileSourced(t *testing.T) {
 	ns := e.namespace(t, e.hostClient)
 	r := e.watch(t, e.host.Config, configwatcher.WithClusterProfileNamespaces(ns), configwatcher.PublishUnhealthy())
@@ -628,6 +630,53 @@ func (e *clusterProfileEnv) testProfileSourced(t *testing.T) {
 			}
 		}
 	}
+}
+
+// testProfileSourcedArgs: the args extension as the API server stores it
+// (the CRD declares every extension an object, and refuses a list there)
+// appends the profile's arguments to the plugin's command line under
+// Append, and only there.
+func (e *clusterProfileEnv) testProfileSourcedArgs(t *testing.T) {
+	ns := e.namespace(t, e.hostClient)
+	r := e.watch(t, e.host.Config, configwatcher.WithClusterProfileNamespaces(ns), configwatcher.PublishUnhealthy())
+	profileArgs := []string{"--tenant", "t1", "--region=eu west"}
+	exts := func(cluster string, args any) []any {
+		return []any{
+			map[string]any{"name": configwatcher.ClusterExecExtension, "extension": map[string]any{"clusterName": cluster}},
+			map[string]any{"name": configwatcher.ClusterProfileArgsExtension, "extension": args},
+		}
+	}
+
+	// The bare list is what the schema refuses.
+	u := createClusterProfile(t, e.hostClient, ns, "pa-list", nil, nil)
+	u.Object["status"] = cpStatus("", nil, e.access(cpOther, "pa-list", map[string]any{"extensions": exts("pa-list", profileArgs)}))
+	if err := e.hostClient.Status().Update(t.Context(), u); !apierrors.IsInvalid(err) {
+		t.Errorf("a list as the args extension: error %v, want the API server to refuse it as invalid", err)
+	}
+
+	for _, c := range []struct {
+		cluster, provider string
+		want              []string
+	}{
+		{"pa-append", cpOther, profileArgs},
+		{"pa-ignore", cpTokenFile, nil},
+	} {
+		e.writeToken(t, c.cluster, e.token, 0)
+		createClusterProfile(t, e.hostClient, ns, c.cluster, nil, cpStatus("", nil,
+			e.access(c.provider, c.cluster, map[string]any{"extensions": exts(c.cluster, map[string]any{"args": profileArgs})})))
+		ev := r.event(configwatcher.Added, ns+"/"+c.cluster)
+		fixed := []string{"--dir", e.dir, "--provider=" + c.provider}
+		if want := append(fixed, c.want...); !slices.Equal(ev.Config.Config.ExecProvider.Args, want) {
+			t.Errorf("provider %s: plugin args %q, want %q", c.provider, ev.Config.Config.ExecProvider.Args, want)
+		}
+		e.reaches(t, ev.Config, c.cluster, c.provider)
+		for _, run := range e.pluginRuns(t, c.cluster) {
+			if !slices.Equal(run.Args, append(fixed, c.want...)) {
+				t.Errorf("provider %s: the plugin ran with %q", c.provider, run.Args)
+			}
+		}
+	}
+	r.settled()
 }
 
 // testProvidersFile: a providers file that cannot be used is an error of
