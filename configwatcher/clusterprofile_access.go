@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	authexec "k8s.io/client-go/plugin/pkg/client/auth/exec"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
 
@@ -18,7 +19,7 @@ import (
 // ErrAccessProvidersInvalid means the operator's access providers (the
 // providers file, or WithAccessProviders) cannot be used: the file does not
 // read or parse, a provider has no name or no command, two share a name, a
-// policy is unknown. NewClusterProfileWatcher returns it, naming the file.
+// policy is unknown, an execConfig's PluginPolicy is one client-go refuses. NewClusterProfileWatcher returns it, naming the file.
 var ErrAccessProvidersInvalid = errors.New("invalid access providers")
 
 // AccessPolicy says whether a ClusterProfile may add to an access
@@ -92,6 +93,10 @@ const (
 //
 // execConfig is a kubeconfig user's exec entry (clientcmd's ExecConfig). Its
 // interactiveMode is always Never: there is nobody to answer a prompt.
+// Fields that a file does not hold but WithAccessProviders may set are
+// kept: PluginPolicy (client-go then refuses to run a command it does not
+// allow) and Config, the plugin's cluster config for a profile without a
+// ClusterExecExtension.
 // With provideClusterInfo, the plugin receives in KUBERNETES_EXEC_INFO the
 // cluster it is asked about (server, CA, TLS server name, proxy) and, as
 // spec.cluster.config, the profile's ClusterExecExtension.
@@ -235,6 +240,9 @@ func checkAccessProviders(ps []AccessProvider) error {
 			return fmt.Errorf("%s: execConfig has no command", what)
 		}
 		seen[p.Name] = true
+		if err := authexec.ValidatePluginPolicy(p.ExecConfig.PluginPolicy); err != nil {
+			return fmt.Errorf("%s: execConfig plugin policy: %w", what, err)
+		}
 		switch p.ExecConfig.APIVersion {
 		case "client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1":
 		default:
@@ -268,10 +276,10 @@ func (p *AccessProvider) profileEnv() bool {
 }
 
 // execFor is the exec plugin provider p runs for a profile's cluster:
-// the operator's command, arguments and environment, with what the
-// profile's extensions add as far as p's policies and the rules of
-// AccessProvider let them, and the profile's ClusterExecExtension as the
-// plugin's cluster config. exts are the profile's cluster extensions, by
+// the operator's ExecConfig (its PluginPolicy and Config included), with
+// what the profile's extensions add as far as p's policies and the rules
+// of AccessProvider let them, and the profile's ClusterExecExtension, when
+// it has one, as the plugin's cluster config in place of the operator's. exts are the profile's cluster extensions, by
 // name. What the plugin inherits is the controller's environment.
 func (p *AccessProvider) execFor(exts map[string]json.RawMessage) (*clientcmdapi.ExecConfig, error) {
 	return p.execWith(exts, os.Environ)
@@ -280,16 +288,10 @@ func (p *AccessProvider) execFor(exts map[string]json.RawMessage) (*clientcmdapi
 // execWith is execFor, with environ standing for the controller's
 // environment.
 func (p *AccessProvider) execWith(exts map[string]json.RawMessage, environ func() []string) (*clientcmdapi.ExecConfig, error) {
-	src := p.ExecConfig
-	e := &clientcmdapi.ExecConfig{
-		Command:            src.Command,
-		Args:               slices.Clone(src.Args),
-		Env:                slices.Clone(src.Env),
-		APIVersion:         src.APIVersion,
-		InstallHint:        src.InstallHint,
-		ProvideClusterInfo: src.ProvideClusterInfo,
-		InteractiveMode:    clientcmdapi.NeverExecInteractiveMode,
-	}
+	// A deep copy keeps every field the operator set, PluginPolicy and
+	// Config among them, and fields client-go adds later.
+	e := p.ExecConfig.DeepCopy()
+	e.InteractiveMode = clientcmdapi.NeverExecInteractiveMode
 	if raw, ok := exts[ClusterProfileArgsExtension]; ok && p.ProfileSourcedCLIArgsPolicy == AccessPolicyAppend {
 		args, err := profileArgs(raw)
 		if err != nil {

@@ -133,3 +133,52 @@ func TestProfileArgsShapes(t *testing.T) {
 		t.Errorf("policy Ignore: args %v, error %v", e, err)
 	}
 }
+
+// What the operator set in code and a providers file cannot hold —
+// client-go's PluginPolicy, the plugin's Config — is the plugin's for
+// every profile: a DenyAll or Allowlist policy does not become AllowAll.
+// A profile's exec extension replaces the Config; the operator's provider
+// is never changed.
+func TestAccessProviderKeepsPluginPolicy(t *testing.T) {
+	for _, policy := range []clientcmdapi.PluginPolicy{
+		{PolicyType: clientcmdapi.PluginPolicyDenyAll},
+		{PolicyType: clientcmdapi.PluginPolicyAllowlist, Allowlist: []clientcmdapi.AllowlistEntry{{Command: "/bin/plugin"}}},
+	} {
+		base := &clientcmdapi.ExecConfig{
+			Command: "/bin/plugin", APIVersion: "client.authentication.k8s.io/v1", PluginPolicy: policy,
+			Config: &runtime.Unknown{Raw: []byte(`{"audience":"operator"}`), ContentType: runtime.ContentTypeJSON},
+		}
+		p := &AccessProvider{Name: "p", ExecConfig: base}
+		if err := checkAccessProviders([]AccessProvider{*p}); err != nil {
+			t.Fatalf("policy %s: %v", policy.PolicyType, err)
+		}
+		e, err := p.execWith(nil, noEnviron)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.PluginPolicy.PolicyType != policy.PolicyType || !slices.Equal(e.PluginPolicy.Allowlist, policy.Allowlist) {
+			t.Errorf("policy %s: the plugin's policy is %+v", policy.PolicyType, e.PluginPolicy)
+		}
+		if u, ok := e.Config.(*runtime.Unknown); !ok || string(u.Raw) != `{"audience":"operator"}` {
+			t.Errorf("policy %s: the plugin's config is %#v, want the operator's", policy.PolicyType, e.Config)
+		}
+		if len(e.PluginPolicy.Allowlist) > 0 {
+			e.PluginPolicy.Allowlist[0].Command = "/bin/sh"
+			if base.PluginPolicy.Allowlist[0].Command != "/bin/plugin" {
+				t.Error("the plugin's allowlist is the operator's own slice")
+			}
+		}
+		e, err = p.execWith(map[string]json.RawMessage{ClusterExecExtension: json.RawMessage(`{"audience":"profile"}`)}, noEnviron)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u, ok := e.Config.(*runtime.Unknown); !ok || string(u.Raw) != `{"audience":"profile"}` || e.PluginPolicy.PolicyType != policy.PolicyType {
+			t.Errorf("policy %s, with an exec extension: config %#v, policy %+v", policy.PolicyType, e.Config, e.PluginPolicy)
+		}
+	}
+	bad := &clientcmdapi.ExecConfig{Command: "/bin/plugin", APIVersion: "client.authentication.k8s.io/v1",
+		PluginPolicy: clientcmdapi.PluginPolicy{PolicyType: clientcmdapi.PluginPolicyDenyAll, Allowlist: []clientcmdapi.AllowlistEntry{{Command: "/bin/plugin"}}}}
+	if err := checkAccessProviders([]AccessProvider{{Name: "p", ExecConfig: bad}}); err == nil || !strings.Contains(err.Error(), "plugin policy") {
+		t.Errorf("a policy client-go refuses: error %v, want one at construction", err)
+	}
+}
