@@ -2,6 +2,7 @@ package configwatcher
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -180,5 +181,31 @@ func TestAccessProviderKeepsPluginPolicy(t *testing.T) {
 		PluginPolicy: clientcmdapi.PluginPolicy{PolicyType: clientcmdapi.PluginPolicyDenyAll, Allowlist: []clientcmdapi.AllowlistEntry{{Command: "/bin/plugin"}}}}
 	if err := checkAccessProviders([]AccessProvider{{Name: "p", ExecConfig: bad}}); err == nil || !strings.Contains(err.Error(), "plugin policy") {
 		t.Errorf("a policy client-go refuses: error %v, want one at construction", err)
+	}
+}
+
+// A profile that lists no provider the operator knows is an error quoting
+// at most eight of the names it lists, each cut, and counting the rest:
+// a profile may list thousands, megabytes long.
+func TestClusterProfileUnknownProvidersBounded(t *testing.T) {
+	operator := []AccessProvider{{Name: "known", ExecConfig: &clientcmdapi.ExecConfig{Command: "/bin/plugin"}}}
+	cp := &clusterProfile{ref: "ns/many"}
+	for i := range 1000 {
+		cp.status.AccessProviders = append(cp.status.AccessProviders, profileAccess{Name: fmt.Sprintf("p%04d-%s", i, strings.Repeat("x", 10000))})
+	}
+	cp.status.CredentialProviders = cp.status.AccessProviders[:10] // the same names, counted once
+	_, _, err := cp.access(operator)
+	if !errors.Is(err, ErrClusterProfileNoAccessProvider) {
+		t.Fatalf("error %v, want ErrClusterProfileNoAccessProvider", err)
+	}
+	msg := err.Error()
+	if len(msg) > 1000 || !strings.Contains(msg, `"p0000-xxx`) || !strings.Contains(msg, `"p0007-xxx`) || strings.Contains(msg, "p0008") ||
+		!strings.Contains(msg, "and 992 more") || !strings.Contains(msg, `["known"]`) {
+		t.Errorf("error (%d bytes) %.600s; want the first 8 names cut, 992 more counted, and the operator's", len(msg), msg)
+	}
+
+	cp.status.AccessProviders, cp.status.CredentialProviders = []profileAccess{{Name: "b"}, {Name: "a"}}, nil
+	if _, _, err := cp.access(operator); err == nil || !strings.Contains(err.Error(), `it lists "a", "b"; the operator's are ["known"]`) {
+		t.Errorf("two names: error %v", err)
 	}
 }

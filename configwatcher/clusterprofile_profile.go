@@ -201,7 +201,26 @@ func (cp *clusterProfile) access(providers []AccessProvider) (*AccessProvider, *
 		return nil, nil, fmt.Errorf("%w: its status lists no access providers (the operator's: %q)", ErrClusterProfileNoAccessProvider, known)
 	}
 	slices.Sort(names)
-	return nil, nil, fmt.Errorf("%w: it lists %q, the operator's are %q", ErrClusterProfileNoAccessProvider, names, known)
+	return nil, nil, fmt.Errorf("%w: it lists %s; the operator's are %q", ErrClusterProfileNoAccessProvider, quoteNames(names), known)
+}
+
+// maxQuotedNames is how many of a profile's names an error quotes.
+const maxQuotedNames = 8
+
+// quoteNames quotes names a profile gave for an error: the first
+// maxQuotedNames, each cut as quoteName cuts it, then how many more there
+// are. A profile may list any number of names of any length, and the
+// error goes into logs and every Status.
+func quoteNames(names []string) string {
+	quoted := make([]string, 0, min(len(names), maxQuotedNames))
+	for _, n := range names[:min(len(names), maxQuotedNames)] {
+		quoted = append(quoted, quoteName(n))
+	}
+	s := strings.Join(quoted, ", ")
+	if more := len(names) - len(quoted); more > 0 {
+		s += fmt.Sprintf(" and %d more", more)
+	}
+	return s
 }
 
 // restConfig builds the config that reaches the cluster of pa through
