@@ -57,8 +57,10 @@ var (
 // profile's status.properties (among them, when listed, ClusterIDProperty
 // and ClusterSetProperty), its labels, each as LabelPropertyPrefix+key
 // ("label:x-k8s.io/cluster-manager"), and ClusterProfileProperty, the
-// profile's namespace/name; a label's value longer than 4 KiB or not
-// UTF-8 is left out, and so is every label past the first 128 in key
+// profile's namespace/name. A property's or label's value longer than
+// 4 KiB or not UTF-8 is left out, and so is every label past the first
+// 128 in key order, and every status property past the first 128:
+// ClusterIDProperty and ClusterSetProperty first, then the others in key
 // order.
 //
 // Versions: the watcher reads v1alpha2 where the host serves it (the

@@ -209,3 +209,27 @@ func TestClusterProfileUnknownProvidersBounded(t *testing.T) {
 		t.Errorf("two names: error %v", err)
 	}
 }
+
+// Status properties are cut at 128, but the well-known ones mccr names
+// are taken first: 200 properties sorting before them do not push out
+// the cluster's ID or its ClusterSet.
+func TestClusterProfilePropertiesKeepWellKnown(t *testing.T) {
+	cp := &clusterProfile{ref: "ns/p", ident: ClusterProfileIdentity{Properties: map[string]string{
+		ClusterIDProperty: "id-1", ClusterSetProperty: "set-a",
+	}}}
+	for i := range 200 {
+		cp.ident.Properties[fmt.Sprintf("a%03d", i)] = "v"
+	}
+	p := cp.properties()
+	if p[ClusterIDProperty] != "id-1" || p[ClusterSetProperty] != "set-a" || p[ClusterProfileProperty] != "ns/p" {
+		t.Errorf("id %q, set %q, profile %q; want id-1, set-a, ns/p", p[ClusterIDProperty], p[ClusterSetProperty], p[ClusterProfileProperty])
+	}
+	if len(p) != maxMetaProperties+1 || p["a125"] != "v" || p["a126"] != "" {
+		t.Errorf("%d properties (a125 %q, a126 %q); want the two well-known, a000 to a125, and the profile's name", len(p), p["a125"], p["a126"])
+	}
+	// A well-known property whose value is too long is left out like any other.
+	cp.ident.Properties[ClusterIDProperty] = strings.Repeat("x", maxPropertyValue+1)
+	if p := cp.properties(); p[ClusterIDProperty] != "" || p["a126"] != "v" || len(p) != maxMetaProperties+1 {
+		t.Errorf("a too long ID: %d properties, id kept %v", len(p), p[ClusterIDProperty] != "")
+	}
+}

@@ -149,8 +149,9 @@ func (cp *clusterProfile) member() string {
 // properties is what the profile says about its cluster beyond how to
 // reach it: its labels under LabelPropertyPrefix, and its
 // status.properties, each bounded as labelProperties bounds labels (they
-// are copied into every Status); and ClusterProfileProperty, its own
-// name. A property whose name starts with LabelPropertyPrefix is a
+// are copied into every Status), except that ClusterIDProperty and
+// ClusterSetProperty are taken before the other status properties, so
+// that the cut keeps them; and ClusterProfileProperty, its own name. A property whose name starts with LabelPropertyPrefix is a
 // label's; a status property of such a name is left out.
 func (cp *clusterProfile) properties() map[string]string {
 	var status map[string]string
@@ -162,7 +163,7 @@ func (cp *clusterProfile) properties() map[string]string {
 			}
 		}
 		status = make(map[string]string, min(len(meta), maxMetaProperties))
-		addMetaProperties(status, meta)
+		addMetaPropertiesFirst(status, meta, ClusterIDProperty, ClusterSetProperty)
 	}
 	return mergeProperties(status, labelProperties(cp.ident.Labels), map[string]string{ClusterProfileProperty: cp.ref})
 }

@@ -32,13 +32,26 @@ func propertyValueOK(v string) bool {
 // whose values propertyValueOK accepts, the first maxMetaProperties of them
 // in key order.
 func addMetaProperties(p, meta map[string]string) {
+	addMetaPropertiesFirst(p, meta)
+}
+
+// addMetaPropertiesFirst is addMetaProperties, with the keys first (those
+// of meta's entries that propertyValueOK accepts) taken before the others,
+// so that the cut at maxMetaProperties never leaves them out.
+func addMetaPropertiesFirst(p, meta map[string]string, first ...string) {
 	keys := make([]string, 0, len(meta))
-	for k, v := range meta {
-		if propertyValueOK(v) {
+	for _, k := range first {
+		if v, ok := meta[k]; ok && propertyValueOK(v) && !slices.Contains(keys, k) {
 			keys = append(keys, k)
 		}
 	}
-	slices.Sort(keys)
+	ahead := len(keys)
+	for k, v := range meta {
+		if propertyValueOK(v) && !slices.Contains(keys[:ahead], k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys[ahead:])
 	for _, k := range keys[:min(len(keys), maxMetaProperties)] {
 		p[k] = meta[k]
 	}
