@@ -34,9 +34,11 @@ var (
 
 	// ErrClusterProfileInvalid means the access provider chosen for a
 	// ClusterProfile cannot be turned into a config (no server or one that
-	// is no URL, a CA that is no PEM certificate, a file path, TLS
-	// verification turned off, a bad proxy URL or extension), or its
-	// status does not parse.
+	// is no https URL, a CA that is no PEM certificate, a file path, a bad
+	// proxy URL or extension), or its status does not parse. A profile
+	// asking to turn TLS verification off (insecure-skip-tls-verify) is
+	// not refused: the flag is ignored, and the server's certificate
+	// checked.
 	ErrClusterProfileInvalid = errors.New("invalid ClusterProfile")
 
 	// ErrClusterProfileDuplicateCluster means two ClusterProfiles of
@@ -91,10 +93,11 @@ var (
 // certificate-authority path is refused), cannot turn TLS off (a server
 // that is not https is refused; insecure-skip-tls-verify is ignored and
 // the server's certificate checked, as the Cluster Inventory API's own
-// config builder does), and adds arguments or environment variables to the plugin only
-// where the operator's provider allows it — and never loader, shell,
-// interpreter, proxy, TLS-trust or credential variables, nor one the
-// controller's process already has (see AccessProvider).
+// config builder does), and adds arguments or environment variables to the
+// plugin only where the operator's provider allows it — and never loader,
+// shell, interpreter, proxy, TLS-trust or credential variables, nor one
+// the controller's process already has, unless the provider's
+// AllowedProfileEnvVars names that variable (see AccessProvider).
 //
 // Readiness and removal: a profile joins the fleet (Added) once its
 // ControlPlaneHealthy condition is True, or with PublishUnhealthy as soon
