@@ -122,23 +122,25 @@ const (
 //
 //   - the dynamic loader and C library: LD_*, DYLD_*, MALLOC_*,
 //     GLIBC_TUNABLES, GCONV_PATH, LOCPATH, NLSPATH, HOSTALIASES,
-//     RES_OPTIONS, LOCALDOMAIN, TMPDIR, and the rest of glibc's list of
-//     variables unsafe for set-user-ID programs;
+//     RES_OPTIONS, LOCALDOMAIN, TMPDIR, TZ, and the rest of glibc's list
+//     of variables unsafe for set-user-ID programs;
 //   - shells: BASH_* (BASH_ENV, exported functions), ENV, SHELLOPTS,
 //     BASHOPTS, PS4, PROMPT_COMMAND, IFS, CDPATH, GLOBIGNORE, FPATH,
 //     ZDOTDIR, SHELL, PSModulePath;
 //   - where programs and their files are found: PATH, HOME, XDG_*, TMP,
-//     TEMP and the Windows equivalents (PATHEXT, COMSPEC, USERPROFILE,
-//     APPDATA, ...);
+//     TEMP, ZONEINFO and the Windows equivalents (PATHEXT, COMSPEC,
+//     USERPROFILE, APPDATA, ...);
 //   - programs that programs run: PAGER, EDITOR, VISUAL, BROWSER, GIT_*,
 //     SSH_*;
 //   - language runtimes: GO* (GODEBUG, GOFLAGS, GOTOOLCHAIN, ...), NODE_*,
 //     PYTHON*, PERL*, RUBY*, JAVA_*, _JAVA_*, JDK_*, CLASSPATH, DOTNET_*,
 //     CORECLR_*, LUA_*, PHP*, and the like;
 //   - TLS trust and routing: SSL* (SSL_CERT_FILE, SSLKEYLOGFILE),
-//     OPENSSL*, CURL*, REQUESTS_CA_BUNDLE, GRPC_*, and every *_PROXY;
+//     OPENSSL*, CURL*, REQUESTS_CA_BUNDLE, NIX_SSL_CERT_FILE, GRPC_*,
+//     SOCKS* (SOCKS_SERVER), OTEL_* (OTEL_EXPORTER_OTLP_ENDPOINT,
+//     OTEL_EXPORTER_OTLP_HEADERS), and every *_PROXY;
 //   - credentials and endpoints: AWS_*, AZURE_*, AAD_*, GOOGLE_*,
-//     CLOUDSDK_*, GCE_*, MSI_*, IDENTITY_ENDPOINT, VAULT_*, KRB5*,
+//     CLOUDSDK_*, GCE_*, MSI_*, IDENTITY_ENDPOINT, SCW_*, VAULT_*, KRB5*,
 //     DOCKER_*, KUBE* (KUBECONFIG, KUBERNETES_SERVICE_HOST, ...).
 //
 // Names are compared upper-cased. The refusal is an error on the

@@ -50,9 +50,10 @@ var profileEnvDeniedGroups = []struct {
 	names    []string
 	prefixes []string
 }{{
+	// TZ=:path makes the C library read that file as the time zone.
 	why: "read by the dynamic loader or the C library (libraries loaded, files read, name resolution)",
 	names: []string{"GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LIBPATH", "LOCALDOMAIN",
-		"LOCPATH", "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TMPDIR", "TZDIR"},
+		"LOCPATH", "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TMPDIR", "TZ", "TZDIR"},
 	prefixes: []string{"LD_", "DYLD_", "MALLOC_", "MUSL_", "GNUTLS_"},
 }, {
 	// bash expands BASH_ENV, PS4 and PROMPT_COMMAND, command
@@ -65,9 +66,10 @@ var profileEnvDeniedGroups = []struct {
 		"SHELL", "SHELLOPTS", "ZDOTDIR", "PSMODULEPATH"},
 	prefixes: []string{"BASH_"},
 }, {
+	// ZONEINFO is the time zone database Go programs read.
 	why: "where programs, their configuration and their files are found",
 	names: []string{"PATH", "PATHEXT", "COMSPEC", "HOME", "USERPROFILE", "APPDATA", "LOCALAPPDATA", "PROGRAMDATA",
-		"HOMEDRIVE", "HOMEPATH", "SYSTEMROOT", "WINDIR", "TMP", "TEMP"},
+		"HOMEDRIVE", "HOMEPATH", "SYSTEMROOT", "WINDIR", "TMP", "TEMP", "ZONEINFO"},
 	prefixes: []string{"XDG_"},
 }, {
 	why:      "a program that other programs run (pager, editor, browser, password prompt, git and ssh commands)",
@@ -82,9 +84,14 @@ var profileEnvDeniedGroups = []struct {
 	prefixes: []string{"NODE_", "NPM_CONFIG_", "PYTHON", "PERL", "RUBY", "GEM_", "BUNDLE_", "JAVA_", "_JAVA_", "JDK_",
 		"DOTNET_", "CORECLR_", "COMPLUS_", "LUA_", "PHP", "GO"},
 }, {
+	// NIX_SSL_CERT_FILE is the CA bundle of Nix-built programs; SOCKS
+	// covers SOCKS_SERVER and SOCKS5_SERVER, read by SOCKS clients;
+	// OTEL_ is OpenTelemetry's, whose exporters send spans (and the
+	// headers OTEL_EXPORTER_OTLP_HEADERS adds) where
+	// OTEL_EXPORTER_OTLP_ENDPOINT says, trusting OTEL_*_CERTIFICATE.
 	why:      "TLS trust, TLS key logging or where traffic is sent",
-	names:    []string{"REQUESTS_CA_BUNDLE", "WGETRC", "NETRC"},
-	prefixes: []string{"SSL", "OPENSSL", "CURL", "GRPC_"},
+	names:    []string{"REQUESTS_CA_BUNDLE", "WGETRC", "NETRC", "NIX_SSL_CERT_FILE"},
+	prefixes: []string{"SSL", "OPENSSL", "CURL", "GRPC_", "SOCKS", "OTEL_"},
 }, {
 	// KUBERNETES_SERVICE_HOST would send an in-cluster client's
 	// ServiceAccount token, the controller's, elsewhere.
@@ -92,10 +99,11 @@ var profileEnvDeniedGroups = []struct {
 	// OS_ is OpenStack's (client-keystone-auth: OS_AUTH_URL would send
 	// an inherited OS_PASSWORD elsewhere); DIGITALOCEAN_ doctl's,
 	// TELEPORT_ tsh's, ADAL_ the old Azure library's, HTTPLIB2_CA_CERTS
-	// gcloud's CA bundle.
+	// gcloud's CA bundle, SCW_ Scaleway's (SCW_SECRET_KEY, SCW_API_URL,
+	// SCW_PROFILE, ...).
 	names: []string{"IDENTITY_ENDPOINT", "IDENTITY_HEADER", "IMDS_ENDPOINT", "HTTPLIB2_CA_CERTS"},
 	prefixes: []string{"AWS_", "AZURE_", "AAD_", "ADAL_", "MSI_", "GOOGLE_", "CLOUDSDK_", "GCE_", "ALIBABA_CLOUD_", "OCI_",
-		"IBMCLOUD_", "OS_", "DIGITALOCEAN_", "TELEPORT_", "VAULT_", "KRB5", "DOCKER_", "KUBE"},
+		"IBMCLOUD_", "OS_", "DIGITALOCEAN_", "SCW_", "TELEPORT_", "VAULT_", "KRB5", "DOCKER_", "KUBE"},
 }}
 
 // profileEnvDeniedNames and profileEnvDeniedPrefixes index
