@@ -111,6 +111,14 @@ var (
 // follows every change meanwhile. A watcher started while a profile is
 // unhealthy waits for it to be healthy.
 //
+// Deletion: a profile leaves once it is gone. One whose deletion has
+// started but waits on finalizers (deletionTimestamp set) keeps its
+// cluster meanwhile, following its changes, as a Cluster API Cluster and
+// an Argo CD cluster Secret do by default. The Cluster Inventory API gives
+// the start of a deletion no meaning of its own: its sign that a cluster
+// is leaving is Joined turning False (below); and a finalizer may be a
+// consumer's cleanup, which needs to reach the cluster until it is done.
+//
 // Joined: a profile whose Joined condition is False never joins, and one
 // that has joined leaves (Deleted) when it turns False, whatever
 // PublishUnhealthy says: its cluster manager is telling that the cluster

@@ -84,6 +84,7 @@ func TestClusterProfileWatcher(t *testing.T) {
 	t.Run("NamespacesAndSelector", e.testNamespacesAndSelector)
 	t.Run("ProfileSourcedEnv", e.testProfileSourced)
 	t.Run("ProfileSourcedArgs", e.testProfileSourcedArgs)
+	t.Run("DeletionPending", e.testDeletionPending)
 	t.Run("ProvidersFile", e.testProvidersFile)
 	t.Run("Members", e.testMembers)
 	t.Run("Joined", e.testJoined)
@@ -676,6 +677,50 @@ func (e *clusterProfileEnv) testProfileSourcedArgs(t *testing.T) {
 			}
 		}
 	}
+	r.settled()
+}
+
+// testDeletionPending: a profile whose deletion has started, a finalizer
+// holding it, keeps its cluster (and follows its changes meanwhile); the
+// cluster leaves once the profile is gone.
+func (e *clusterProfileEnv) testDeletionPending(t *testing.T) {
+	ns := e.namespace(t, e.hostClient)
+	name := ns + "/dp"
+	r := e.watch(t, e.host.Config, configwatcher.WithClusterProfileNamespaces(ns))
+	e.writeToken(t, "dp", e.token, 0)
+	const finalizer = "mccr.dev/test-cleanup"
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "multicluster.x-k8s.io/v1alpha1",
+		"kind":       "ClusterProfile",
+		"metadata":   map[string]any{"namespace": ns, "name": "dp", "finalizers": []any{finalizer}},
+		"spec":       map[string]any{"displayName": "dp", "clusterManager": map[string]any{"name": "mccr-test"}},
+	}}
+	if err := e.hostClient.Create(t.Context(), u); err != nil {
+		t.Fatal(err)
+	}
+	setProfileStatus(t, e.hostClient, u, func(s map[string]any) {
+		maps.Copy(s, cpStatus("True", map[string]string{"region": "eu"}, e.access(cpTokenFile, "dp", nil)))
+	})
+	r.event(configwatcher.Added, name)
+
+	remove(t, e.hostClient, u)
+	if err := e.hostClient.Get(t.Context(), client.ObjectKeyFromObject(u), u); err != nil || u.GetDeletionTimestamp() == nil {
+		t.Fatalf("the profile is not pending deletion: %v", err)
+	}
+	// A change made after the deletion started is published: the watcher
+	// has seen the deleting profile, and it still serves the cluster.
+	setProfileStatus(t, e.hostClient, u, func(s map[string]any) {
+		s["properties"] = cpProperties(map[string]string{"region": "us"})
+	})
+	if ev := r.event(configwatcher.Updated, name); ev.Config.Properties["region"] != "us" {
+		t.Errorf("properties %v, want region us", ev.Config.Properties)
+	}
+
+	u.SetFinalizers(nil)
+	if err := e.hostClient.Update(t.Context(), u); err != nil {
+		t.Fatal(err)
+	}
+	r.event(configwatcher.Deleted, name)
 	r.settled()
 }
 
