@@ -53,12 +53,30 @@ type claimsOutcome struct {
 // object rewritten by mistake does not stop the controllers of a whole
 // cluster; a broken object that served nothing serves nothing.
 //
+// A claim of a name that config.ValidateName refuses is a broken object
+// too: settleClaims turns it into a broken claim of the name its object
+// served (none if it served nothing), so that a name rewritten into one
+// that can never be published keeps the cluster its object served, with
+// its last good config, instead of deleting it.
+//
 // owners is what the previous sync returned; settleClaims belongs to the
 // goroutine calling pub.apply.
 func settleClaims(claims []*claim, owners map[string]string, pub *publisher, log logr.Logger, duplicate func(c, owner *claim) error) claimsOutcome {
 	byName := map[string][]*claim{}
 	out := claimsOutcome{problems: map[string]error{}}
+	var served map[string]string // object id -> name, built when needed
 	for _, c := range claims {
+		if c.name != "" {
+			if err := config.ValidateName(c.name); err != nil {
+				if served == nil {
+					served = make(map[string]string, len(owners))
+					for name, id := range owners {
+						served[id] = name
+					}
+				}
+				refuseClaimName(c, served[c.id], err)
+			}
+		}
 		if c.err != nil && !c.quiet {
 			out.problems[c.ref] = c.err
 		}
@@ -96,6 +114,21 @@ func settleClaims(claims []*claim, owners map[string]string, pub *publisher, log
 		out.owners[name] = owner.id
 	}
 	return out
+}
+
+// refuseClaimName makes c, whose name config.ValidateName refused with
+// err, a broken claim of last, the name its object served ("" for none).
+// A claim broken already keeps its own error, which names its object; a
+// usable one gets err, naming the object as its config's Source does.
+func refuseClaimName(c *claim, last string, err error) {
+	if c.err == nil {
+		src := c.ref
+		if c.cfg != nil && c.cfg.Source.String() != "" {
+			src = c.cfg.Source.String()
+		}
+		c.err = fmt.Errorf("configwatcher: %s: %w", src, err)
+	}
+	c.name, c.cfg = last, nil
 }
 
 // claimsState is what a watcher whose objects claim their clusters keeps

@@ -80,6 +80,7 @@ func TestClusterProfileWatcher(t *testing.T) {
 	t.Run("JoinChangeDelete", e.testJoinChangeDelete)
 	t.Run("BadInput", e.testBadInput)
 	t.Run("DuplicateName", e.testDuplicateName)
+	t.Run("RefusedName", e.testRefusedName)
 	t.Run("PublishUnhealthy", e.testPublishUnhealthy)
 	t.Run("NamespacesAndSelector", e.testNamespacesAndSelector)
 	t.Run("ProfileSourcedEnv", e.testProfileSourced)
@@ -547,6 +548,32 @@ func (e *clusterProfileEnv) testDuplicateName(t *testing.T) {
 		t.Errorf("cluster served from %s at %s, want the remaining profile", ev.Config.Source, ev.Config.Config.Host)
 	}
 	r.quiet(kfQuiet)
+}
+
+// testRefusedName: a profile whose cluster ID is rewritten into a name
+// config.ValidateName refuses is broken: its cluster keeps its last good
+// config (no Deleted), and a valid ID again renames it as usual.
+func (e *clusterProfileEnv) testRefusedName(t *testing.T) {
+	ns := e.namespace(t, e.hostClient)
+	r := e.watch(t, e.host.Config, configwatcher.WithClusterProfileNamespaces(ns),
+		configwatcher.WithClusterProfileName(configwatcher.ClusterProfileClusterID))
+	withID := func(id string) func(map[string]any) {
+		return func(s map[string]any) {
+			s["properties"] = cpProperties(map[string]string{configwatcher.ClusterIDProperty: id})
+		}
+	}
+	u := createClusterProfile(t, e.hostClient, ns, "p", nil, cpStatus("True", map[string]string{configwatcher.ClusterIDProperty: "prod"}, e.access(cpTokenFile, "dup", nil)))
+	r.event(configwatcher.Added, "prod")
+	r.settled()
+
+	setProfileStatus(t, e.hostClient, u, withID("prod "))
+	r.err(config.ErrInvalidName, "ClusterProfile "+ns+"/p", "last good config")
+	r.quiet(kfQuiet)
+
+	setProfileStatus(t, e.hostClient, u, withID("prod-2"))
+	r.event(configwatcher.Deleted, "prod")
+	r.event(configwatcher.Added, "prod-2")
+	r.settled()
 }
 
 // testPublishUnhealthy: a profile without a ControlPlaneHealthy condition

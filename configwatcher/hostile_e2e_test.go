@@ -103,14 +103,16 @@ func TestHostileNamesThroughServer(t *testing.T) {
 		argo(secret, name, e.member.Config.Host)
 		refused = append(refused, refusal{"Secret " + nsArgo + "/" + secret, config.ErrInvalidName})
 	}
-	// Two Secrets claiming one hostile name, and one whose long name comes
-	// with a broken server: the messages about them quote the name cut.
+	// Two Secrets claiming one hostile name (each refused for it: a name
+	// that is refused claims nothing, so they are no duplicates), and one
+	// whose long name comes with a broken server: the messages about them
+	// quote the name cut.
 	argo("argo-dup-1", hostileLong+"z", e.member.Config.Host)
 	argo("argo-dup-2", hostileLong+"z", e.member.Config.Host)
 	argo("argo-broken", hostileLong+"b", "not a URL")
 	refused = append(refused,
 		refusal{"Secret " + nsArgo + "/argo-dup-1", config.ErrInvalidName},
-		refusal{"Secret " + nsArgo + "/argo-dup-2", configwatcher.ErrSecretDuplicateCluster},
+		refusal{"Secret " + nsArgo + "/argo-dup-2", config.ErrInvalidName},
 		refusal{"Secret " + nsArgo + "/argo-broken", configwatcher.ErrSecretInvalid})
 
 	// A multicluster-runtime kubeconfig Secret: its cluster is named after

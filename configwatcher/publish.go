@@ -138,7 +138,10 @@ func (p *publisher) apply(desired map[string]*config.NamedConfig, stop <-chan st
 // names (config.ValidateName): a desired cluster whose name it refuses is
 // never published, and the refusal is reported once, naming the object or
 // file that gave the name, for as long as that source keeps giving it.
-// Nothing with such a name can have been published before.
+// Nothing with such a name can have been published before. Watchers whose
+// objects claim their clusters (settleClaims) refuse such names earlier,
+// as broken objects, so that the cluster an object served keeps its last
+// good config.
 func (p *publisher) refuseInvalidNames(desired map[string]*config.NamedConfig) {
 	for name := range p.refused {
 		if desired[name] == nil {

@@ -76,13 +76,14 @@ var (
 // Credentials that run programs are refused too (config.ErrAuthPluginRefused)
 // unless AllowAuthPlugins is given.
 //
-// Problems — a missing key, a malformed kubeconfig or JSON, two Secrets
-// claiming one cluster name — are reported on Errors naming the Secret (and
-// the other Secret for a duplicate) as namespace/name, once per problem
-// until it changes or goes away. They never quote the Secret's content. A
-// cluster already published keeps its last good config while its Secret is
-// broken: a Secret rewritten by mistake must not stop the controllers of a
-// whole cluster. The other clusters are not affected.
+// Problems — a missing key, a malformed kubeconfig or JSON, a name that
+// config.ValidateName refuses, two Secrets claiming one cluster name — are
+// reported on Errors naming the Secret (and the other Secret for a
+// duplicate) as namespace/name, once per problem until it changes or goes
+// away. They never quote the Secret's content. A cluster already published
+// keeps its last good config while its Secret is broken: a Secret
+// rewritten by mistake must not stop the controllers of a whole cluster.
+// The other clusters are not affected.
 //
 // The identity the watcher runs as needs list and watch on secrets in the
 // namespace (cluster-wide with WatchAllNamespaces).

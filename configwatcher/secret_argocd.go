@@ -218,7 +218,8 @@ const argoCDExecAPIVersion = "client.authentication.k8s.io/v1beta1"
 // ArgoCDInClusterServer; nil refuses such a Secret.
 func argoCDConfig(data map[string][]byte, allowPlugins bool, inCluster *rest.Config) (string, *rest.Config, error) {
 	// The name is used as written, as Argo CD uses it: trimming it would
-	// publish " a" as "a" instead of letting the name gate refuse it.
+	// publish " a" as "a" instead of letting the name gate refuse it (the
+	// Secret is then broken: see settleClaims).
 	name := string(data[argoCDNameKey])
 	if strings.TrimSpace(name) == "" {
 		return "", nil, fmt.Errorf("%w: no %q key, or an empty one", ErrSecretInvalid, argoCDNameKey)

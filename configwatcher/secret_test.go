@@ -42,6 +42,7 @@ func TestSecretWatcher(t *testing.T) {
 
 	t.Run("Kubeconfig", env.testKubeconfig)
 	t.Run("ArgoCD", env.testArgoCD)
+	t.Run("ArgoCDNameRefused", env.testArgoCDNameRefused)
 	t.Run("AuthPluginsAndFilesRefused", env.testRefused)
 	t.Run("DuplicateName", env.testDuplicate)
 	t.Run("OtherNamespacesAndLabelsIgnored", env.testIgnored)
@@ -272,6 +273,50 @@ func (e *secretEnv) testArgoCD(t *testing.T) {
 	}
 	r.event(configwatcher.Deleted, "argo-member")
 	r.quiet(kfQuiet)
+}
+
+// testArgoCDNameRefused: a Secret whose "name" is rewritten into one
+// config.ValidateName refuses is broken: its cluster keeps its last good
+// config (no Deleted), the error names the Secret, and a valid name again
+// is a rename as usual.
+func (e *secretEnv) testArgoCDNameRefused(t *testing.T) {
+	ns := e.namespace(t)
+	r := e.watch(t, configwatcher.ArgoCDFormat(), configwatcher.WithSecretNamespace(ns))
+	s := e.create(t, ns, "cluster-prod", argoLabel, map[string][]byte{
+		"name":   []byte("prod"),
+		"server": []byte(e.member.Config.Host),
+		"config": e.argoConfig(t, e.token, nil),
+	})
+	r.event(configwatcher.Added, "prod")
+	r.settled()
+
+	for _, bad := range []string{"prod\n", "prod ", "pr\u200bod"} {
+		e.update(t, s, func(s *corev1.Secret) { s.Data["name"] = []byte(bad) })
+		err := r.errFound(config.ErrInvalidName, "Secret "+ns+"/cluster-prod", "last good config")
+		e.noSecrets(t, err)
+		r.quiet(kfQuiet)
+	}
+	// Broken otherwise too: still the cluster's last good config.
+	e.update(t, s, func(s *corev1.Secret) { s.Data["server"] = []byte("not a URL") })
+	r.err(configwatcher.ErrSecretInvalid, "Secret "+ns+"/cluster-prod", "last good config")
+	r.quiet(kfQuiet)
+
+	e.update(t, s, func(s *corev1.Secret) {
+		s.Data["name"], s.Data["server"] = []byte("prod-2"), []byte(e.member.Config.Host)
+	})
+	r.event(configwatcher.Deleted, "prod")
+	r.event(configwatcher.Added, "prod-2")
+	r.settled()
+
+	// A new Secret with a refused name publishes nothing and claims
+	// nothing: it is reported, naming it.
+	e.create(t, ns, "cluster-bad", argoLabel, map[string][]byte{
+		"name":   []byte("prod-2\n"),
+		"server": []byte(e.member.Config.Host),
+		"config": e.argoConfig(t, e.token, nil),
+	})
+	r.err(config.ErrInvalidName, "Secret "+ns+"/cluster-bad")
+	r.settled()
 }
 
 // testRefused: credentials that run programs need AllowAuthPlugins, and a
