@@ -91,7 +91,8 @@ type SecretWatcher struct {
 	// The cache holds only the selected Secrets, trimmed to the keys read.
 	hostCache
 	opts SecretOptions
-	// hostCfg is a copy of the config the watcher was given: in the Argo
+	// hostCfg is a copy of the config the watcher was given (sharing no
+	// RateLimiter or ExecProvider with it: see ownHostConfig): in the Argo
 	// CD format, how the cluster Argo CD runs in is reached.
 	hostCfg *rest.Config
 
@@ -148,7 +149,7 @@ func NewSecretWatcher(hostCfg *rest.Config, opts ...SecretOption) (*SecretWatche
 	}); err != nil {
 		return nil, err
 	}
-	w.hostCfg = rest.CopyConfig(hostCfg)
+	w.hostCfg = ownHostConfig(hostCfg)
 	w.start()
 	return w, nil
 }

@@ -149,12 +149,34 @@ func argoCDProperties(s *corev1.Secret) map[string]string {
 // The Secret's TLS client settings and plugins are ignored there, as Argo
 // CD ignores them; its proxy and disableCompression apply (argoCDConfig
 // sets them), as Argo CD applies them to every cluster.
+//
+// The config shares nothing client-go writes or counts with host: see
+// ownHostConfig.
 func argoCDInClusterConfig(host *rest.Config, ac *argoCDClusterConfig) *rest.Config {
 	if ac.Username == "" && ac.Password == "" && ac.BearerToken == "" {
-		return rest.CopyConfig(host)
+		return ownHostConfig(host)
 	}
 	cfg := rest.AnonymousClientConfig(host)
+	cfg.RateLimiter = nil // shared by AnonymousClientConfig: see ownHostConfig
 	cfg.Username, cfg.Password, cfg.BearerToken = ac.Username, ac.Password, ac.BearerToken
+	return cfg
+}
+
+// ownHostConfig copies host for a member of its own. rest.CopyConfig
+// shares the RateLimiter, which would make the member and whatever else
+// uses host draw on one budget: the copy has none, and limits itself by
+// its QPS and Burst, as the Server's HostMember does. CopyConfig shares
+// the ExecProvider too and writes into it (its Config) on every copy, a
+// data race between the configs sharing it: the copy gets a deep copy,
+// and host is not written.
+func ownHostConfig(host *rest.Config) *rest.Config {
+	src := *host
+	src.ExecProvider = nil
+	cfg := rest.CopyConfig(&src)
+	cfg.RateLimiter = nil
+	if host.ExecProvider != nil {
+		cfg.ExecProvider = host.ExecProvider.DeepCopy()
+	}
 	return cfg
 }
 

@@ -16,6 +16,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/mccr-dev/mccr/config"
 )
@@ -297,5 +299,70 @@ func TestArgoCDProxyAndCompression(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestArgoCDInClusterSharesNothing: the in-cluster member's config shares
+// neither the host config's RateLimiter (each member limits itself by its
+// own QPS and Burst) nor its ExecProvider (client-go writes into the
+// ExecProvider of a config it copies, so a shared one is a data race
+// between the published configs).
+func TestArgoCDInClusterSharesNothing(t *testing.T) {
+	execCfg := &runtime.Unknown{Raw: []byte(`{"audience":"host"}`), ContentType: runtime.ContentTypeJSON}
+	host := &rest.Config{
+		Host:        "https://10.96.0.1:443",
+		QPS:         20,
+		Burst:       40,
+		RateLimiter: flowcontrol.NewTokenBucketRateLimiter(5, 10),
+		ExecProvider: &clientcmdapi.ExecConfig{
+			Command:         "host-token",
+			APIVersion:      "client.authentication.k8s.io/v1",
+			Config:          execCfg,
+			InteractiveMode: clientcmdapi.NeverExecInteractiveMode,
+		},
+	}
+	exec := host.ExecProvider
+	for sname, static := range map[string]map[string]any{
+		"host credentials": nil,
+		"own token":        {"bearerToken": "t"},
+	} {
+		t.Run(sname, func(t *testing.T) {
+			c := map[string]any{"tlsClientConfig": map[string]any{"insecure": false}}
+			maps.Copy(c, static)
+			_, cfg, err := argoCDConfig(argoCDSecretData(t, "in-cluster", ArgoCDInClusterServer, c), false, host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.RateLimiter != nil {
+				t.Error("the member shares the host config's RateLimiter")
+			}
+			if cfg.QPS != host.QPS || cfg.Burst != host.Burst {
+				t.Errorf("QPS, Burst = %v, %d; want the host's %v, %d", cfg.QPS, cfg.Burst, host.QPS, host.Burst)
+			}
+			if host.ExecProvider != exec || exec.Config != execCfg {
+				t.Error("reading the Secret changed the host config's ExecProvider")
+			}
+			if static != nil {
+				if cfg.ExecProvider != nil {
+					t.Error("a Secret with its own token still runs the host's exec plugin")
+				}
+				return
+			}
+			if cfg.ExecProvider == nil {
+				t.Fatal("the member lost the host config's exec plugin")
+			}
+			if cfg.ExecProvider == exec || cfg.ExecProvider.Config == exec.Config {
+				t.Error("the member shares the host config's ExecProvider")
+			}
+			if cfg.ExecProvider.Command != exec.Command {
+				t.Errorf("exec command %q, want the host's %q", cfg.ExecProvider.Command, exec.Command)
+			}
+			// What client-go does to a config it copies, and what races
+			// if the ExecProvider is shared.
+			_ = rest.CopyConfig(cfg)
+			if exec.Config != execCfg {
+				t.Error("copying the member's config wrote into the host config's ExecProvider")
+			}
+		})
 	}
 }
