@@ -30,7 +30,8 @@ const (
 
 // ArgoCDInClusterServer is the server Argo CD gives the cluster it runs in
 // (its KubernetesInternalAPIServerAddr). A cluster Secret with this server
-// means that cluster, whatever its name; Argo CD reaches it with its own
+// (as written, trailing slashes aside, as Argo CD compares it) means that
+// cluster, whatever its name; Argo CD reaches it with its own
 // in-cluster credentials unless the Secret's config carries a username,
 // password or bearer token.
 const ArgoCDInClusterServer = "https://kubernetes.default.svc"
@@ -48,8 +49,8 @@ const (
 	ArgoCDProjectProperty = "argocd.argoproj.io/project"
 	// ArgoCDShardProperty is the Secret's "shard", the application
 	// controller shard Argo CD assigns the cluster to, as a decimal
-	// integer. A shard that is not an integer is left out, as Argo CD
-	// ignores it.
+	// integer. A shard that is not an integer as written (" 1" and "1\n"
+	// are not) is left out, as Argo CD ignores it.
 	ArgoCDShardProperty = "argocd.argoproj.io/shard"
 	// ArgoCDLabelPropertyPrefix precedes the key of each of the Secret's
 	// labels but ArgoCDSecretLabel: label team=a is property "label:team".
@@ -119,7 +120,9 @@ func argoCDProperties(s *corev1.Secret) map[string]string {
 	if v := strings.TrimSpace(string(s.Data[argoCDProjectKey])); v != "" && propertyValueOK(v) {
 		p[ArgoCDProjectProperty] = v
 	}
-	if v := strings.TrimSpace(string(s.Data[argoCDShardKey])); v != "" {
+	// The shard as written, as Argo CD reads it (strconv.Atoi): " 1" or
+	// "1\n" is no shard to Argo CD, so none here either.
+	if v := string(s.Data[argoCDShardKey]); v != "" {
 		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
 			p[ArgoCDShardProperty] = strconv.FormatInt(n, 10)
 		}
@@ -258,8 +261,10 @@ func argoCDConfig(data map[string][]byte, allowPlugins bool, inCluster *rest.Con
 		return fail("%q %s is not an http(s) URL", argoCDServerKey, quoteURL(server))
 	}
 	// Argo CD stores the server without trailing slashes and compares
-	// it so.
-	isInCluster := strings.TrimRight(server, "/") == ArgoCDInClusterServer
+	// it so, with nothing else trimmed: a server with a space or line
+	// break around it is not the cluster Argo CD runs in, and must not
+	// get the watcher's own credentials.
+	isInCluster := strings.TrimRight(string(data[argoCDServerKey]), "/") == ArgoCDInClusterServer
 	if isInCluster && inCluster == nil {
 		return name, nil, fmt.Errorf("cluster %s: %w: its %q is %s (DisableArgoCDInCluster)", config.QuoteName(name), ErrArgoCDInClusterDisabled, argoCDServerKey, ArgoCDInClusterServer)
 	}

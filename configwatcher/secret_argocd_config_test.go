@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -364,5 +365,44 @@ func TestArgoCDInClusterSharesNothing(t *testing.T) {
 				t.Error("copying the member's config wrote into the host config's ExecProvider")
 			}
 		})
+	}
+}
+
+// TestArgoCDShardAsArgoCD: the shard is read as Argo CD reads it
+// (strconv.Atoi of the value as written): one with spaces or a line break
+// around it is no shard, as Argo CD ignores it.
+func TestArgoCDShardAsArgoCD(t *testing.T) {
+	for shard, want := range map[string]string{
+		"1": "1", "0": "0", "+2": "2", "-1": "-1", "007": "7",
+		"1\n": "", " 1": "", "1 ": "", "\t1": "", "one": "", "1.0": "", "": "",
+	} {
+		s := &corev1.Secret{Data: map[string][]byte{argoCDShardKey: []byte(shard)}}
+		if got := argoCDProperties(s)[ArgoCDShardProperty]; got != want {
+			t.Errorf("shard %q: property %q, want %q", shard, got, want)
+		}
+	}
+}
+
+// TestArgoCDInClusterServerAsWritten: only the server Argo CD compares
+// equal to its in-cluster address (as written, but for trailing slashes)
+// gets the watcher's own credentials; one with a space or line break
+// around it is an ordinary server, reached with the Secret's config.
+func TestArgoCDInClusterServerAsWritten(t *testing.T) {
+	host := &rest.Config{Host: "https://10.96.0.1:443", BearerToken: "host-token"}
+	for _, server := range []string{ArgoCDInClusterServer, ArgoCDInClusterServer + "/", ArgoCDInClusterServer + "//"} {
+		_, cfg, err := argoCDConfig(argoCDSecretData(t, "in", server, map[string]any{}), false, host)
+		if err != nil || cfg.BearerToken != host.BearerToken || cfg.Host != host.Host {
+			t.Errorf("server %q: got %v, %v; want the host config", server, cfg, err)
+		}
+	}
+	for _, server := range []string{ArgoCDInClusterServer + "\n", " " + ArgoCDInClusterServer, ArgoCDInClusterServer + " ", ArgoCDInClusterServer + "/\n"} {
+		_, cfg, err := argoCDConfig(argoCDSecretData(t, "in", server, map[string]any{"bearerToken": "secret-token"}), false, host)
+		if err != nil {
+			t.Errorf("server %q: %v", server, err)
+			continue
+		}
+		if cfg.Host == host.Host || cfg.BearerToken != "secret-token" {
+			t.Errorf("server %q: reached at %s with the host's credentials %t; want the Secret's server and token", server, cfg.Host, cfg.BearerToken == host.BearerToken)
+		}
 	}
 }
