@@ -44,8 +44,10 @@ var (
 //     argocd.argoproj.io/secret-type=cluster holding "name", "server" and
 //     "config", a JSON object with bearerToken, username and password,
 //     tlsClientConfig (caData, certData, keyData, insecure, serverName) and
-//     proxyUrl. The cluster is named by "name". execProviderConfig becomes
-//     an exec plugin, and awsAuthConfig an exec plugin running
+//     proxyUrl; a Secret without "config" (or with an empty one) is read
+//     as one with "{}", as Argo CD reads it: the server, reached with no
+//     credentials. The cluster is named by "name". execProviderConfig
+//     becomes an exec plugin, and awsAuthConfig an exec plugin running
 //     `aws eks get-token` (the AWS CLI, which Argo CD wraps), both only
 //     with AllowAuthPlugins.
 //

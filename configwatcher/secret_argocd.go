@@ -268,15 +268,11 @@ func argoCDConfig(data map[string][]byte, allowPlugins bool, inCluster *rest.Con
 	if isInCluster && inCluster == nil {
 		return name, nil, fmt.Errorf("cluster %s: %w: its %q is %s (DisableArgoCDInCluster)", config.QuoteName(name), ErrArgoCDInClusterDisabled, argoCDServerKey, ArgoCDInClusterServer)
 	}
+	// No config (or an empty or blank one) is "{}": Argo CD parses the
+	// config only when there is one, and reaches an outside server with
+	// no credentials then.
 	var ac argoCDClusterConfig
-	switch {
-	case len(strings.TrimSpace(string(data[argoCDConfigKey]))) == 0:
-		// The cluster Argo CD runs in needs no config: Argo CD reads
-		// none then.
-		if !isInCluster {
-			return fail("no %q key, or an empty one", argoCDConfigKey)
-		}
-	default:
+	if len(strings.TrimSpace(string(data[argoCDConfigKey]))) > 0 {
 		if err := json.Unmarshal(data[argoCDConfigKey], &ac); err != nil {
 			// encoding/json quotes at most a character of the input.
 			return fail("%q is not a JSON cluster config: %s", argoCDConfigKey, config.Redact(err.Error()))

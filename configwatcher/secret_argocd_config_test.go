@@ -406,3 +406,34 @@ func TestArgoCDInClusterServerAsWritten(t *testing.T) {
 		}
 	}
 }
+
+// TestArgoCDNoConfig: a Secret of an outside server without "config" (or
+// with an empty one) is read as one with "{}", as Argo CD reads it (it
+// parses the config only when there is one): the server, reached with no
+// credentials.
+func TestArgoCDNoConfig(t *testing.T) {
+	host := &rest.Config{Host: "https://10.96.0.1:443", BearerToken: "host-token"}
+	_, empty, err := argoCDConfig(argoCDSecretData(t, "east", "https://east.example.com", map[string]any{}), false, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, raw := range map[string][]byte{"no config": nil, "an empty config": {}, "a blank config": []byte(" \n")} {
+		data := argoCDSecretData(t, "east", "https://east.example.com", nil)
+		if raw == nil {
+			delete(data, argoCDConfigKey)
+		} else {
+			data[argoCDConfigKey] = raw
+		}
+		name, cfg, err := argoCDConfig(data, false, host)
+		if err != nil || name != "east" {
+			t.Errorf("%s: %q, %v; want cluster east", what, name, err)
+			continue
+		}
+		if cfg.Host != "https://east.example.com" || cfg.BearerToken != "" || cfg.Username != "" || cfg.ExecProvider != nil {
+			t.Errorf("%s: %s; want the server, no credentials", what, (&config.NamedConfig{Name: name, Config: cfg}).Redacted())
+		}
+		if (&config.NamedConfig{Name: name, Config: cfg}).Fingerprint() != (&config.NamedConfig{Name: name, Config: empty}).Fingerprint() {
+			t.Errorf("%s: a config other than the one \"{}\" gives", what)
+		}
+	}
+}
