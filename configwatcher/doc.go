@@ -11,8 +11,10 @@
 //   - SecretWatcher watches cluster Secrets on a host cluster, in the
 //     format of multicluster-runtime's kubeconfig provider or, with
 //     ArgoCDFormat, of Argo CD, so that a fleet registered for either works
-//     as it is. A Secret's credentials must be inline (no file paths), and
-//     those that run programs need AllowAuthPlugins.
+//     as it is (but for Argo CD's implicit "in-cluster" cluster, which the
+//     watcher does not add: see SecretWatcher). A Secret's credentials must
+//     be inline (no file paths), and those that run programs need
+//     AllowAuthPlugins.
 //   - ClusterAPIWatcher watches the Cluster objects of a Cluster API
 //     management cluster (v1beta2, or v1beta1 where only that is served)
 //     and adds each workload cluster once its control plane is initialized,

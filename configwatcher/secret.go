@@ -27,14 +27,20 @@ var (
 	ErrSecretInvalid = errors.New("cluster Secret is invalid")
 
 	// ErrSecretDuplicateCluster means two Secrets claim the same cluster
-	// name. The cluster stays with the Secret that already serves it, or
-	// else with the one whose namespace/name sorts first.
+	// name. The cluster stays with the Secret that already serves it;
+	// else a Secret that can be read wins over a broken one, and among
+	// those left, the one whose namespace/name sorts first.
 	ErrSecretDuplicateCluster = errors.New("cluster name claimed by more than one Secret")
 )
 
 // SecretWatcher is a ConfigWatcher over clusters described by Secrets on a
 // host cluster, in one of two formats used by other multi-cluster tools, so
-// that a fleet registered for them works with mccr as it is:
+// that a fleet registered for them works with mccr as it is (with one
+// difference: Argo CD, with its in-cluster server enabled, serves an
+// implicit "in-cluster" cluster when no Secret names
+// ArgoCDInClusterServer; the watcher has no implicit cluster, so write
+// that Secret, or run the host as a member with the Server's
+// Options.HostMember):
 //
 //   - multicluster-runtime (the default): Secrets labelled
 //     sigs.k8s.io/multicluster-runtime-kubeconfig=true holding a kubeconfig
@@ -48,8 +54,9 @@ var (
 //     as one with "{}", as Argo CD reads it: the server, reached with no
 //     credentials. The cluster is named by "name". execProviderConfig
 //     becomes an exec plugin, and awsAuthConfig an exec plugin running
-//     `aws eks get-token` (the AWS CLI, which Argo CD wraps), both only
-//     with AllowAuthPlugins.
+//     `aws eks get-token` (the AWS CLI, which the controller's image must
+//     then hold; Argo CD runs its own `argocd-k8s-auth aws` instead), both
+//     only with AllowAuthPlugins.
 //
 // The namespace, label and key are options. A config's Source.Object is
 // "Secret <namespace>/<name>".

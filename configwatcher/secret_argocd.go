@@ -233,7 +233,9 @@ type argoCDExecConfig struct {
 var argoCDProxySchemes = []string{"http", "https", "socks5"}
 
 // argoCDExecAPIVersion is the ExecCredential version asked of plugins that
-// name none, as Argo CD does.
+// name none. Here mccr is more lenient than Argo CD, which passes an empty
+// apiVersion through to client-go, which then refuses the plugin; it is
+// also the version Argo CD asks of its own helper for awsAuthConfig.
 const argoCDExecAPIVersion = "client.authentication.k8s.io/v1beta1"
 
 // argoCDConfig reads an Argo CD cluster Secret: the cluster's name (also
@@ -367,9 +369,13 @@ func argoCDExec(e *argoCDExecConfig) *clientcmdapi.ExecConfig {
 	return x
 }
 
-// argoCDAWSExec gets EKS tokens from the AWS CLI, which is what Argo CD's
-// own helper for awsAuthConfig wraps: `aws eks get-token`, assuming
-// roleARN if set, with profile as AWS_PROFILE.
+// argoCDAWSExec gets EKS tokens for an awsAuthConfig from the AWS CLI:
+// `aws eks get-token --cluster-name <clusterName>`, assuming roleARN if set,
+// with profile as AWS_PROFILE. Argo CD runs its own helper instead
+// (`argocd-k8s-auth aws`, shipped in its image, signing the token with the
+// AWS SDK); mccr does not ship one, so the controller's image needs the
+// AWS CLI on its PATH, and AWS credentials it can find (a pod identity,
+// an instance role, the profile's files).
 func argoCDAWSExec(a *argoCDAWSAuthConfig) *clientcmdapi.ExecConfig {
 	args := []string{"eks", "get-token", "--cluster-name", a.ClusterName}
 	if a.RoleARN != "" {
