@@ -151,8 +151,9 @@ func (cp *clusterProfile) member() string {
 // status.properties, each bounded as labelProperties bounds labels (they
 // are copied into every Status), except that ClusterIDProperty and
 // ClusterSetProperty are taken before the other status properties, so
-// that the cut keeps them; and ClusterProfileProperty, its own name. A property whose name starts with LabelPropertyPrefix is a
-// label's; a status property of such a name is left out.
+// that the cut keeps them; and ClusterProfileProperty, its own name. A
+// property whose name starts with LabelPropertyPrefix is a label's; a
+// status property of such a name is left out.
 func (cp *clusterProfile) properties() map[string]string {
 	var status map[string]string
 	if len(cp.ident.Properties) > 0 {

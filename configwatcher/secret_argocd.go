@@ -2,6 +2,7 @@ package configwatcher
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -59,7 +60,11 @@ const (
 	// Secret's annotations but kubectl's last-applied-configuration (a
 	// copy of the whole Secret, credentials included) and Argo CD's
 	// "managed-by" marker, the two Argo CD itself leaves out of a cluster's
-	// annotations.
+	// annotations, and but any annotation whose value carries the
+	// Secret's credentials (another tool's copy of the Secret, say): the
+	// Secret's config as stored (base64) or as written, or its token,
+	// password or client key. Properties are shown by Status and the fleet
+	// page; credentials never are.
 	ArgoCDAnnotationPropertyPrefix = "annotation:"
 )
 
@@ -107,15 +112,16 @@ func (w *SecretWatcher) argoCDClaim(s *corev1.Secret, c *claim) *claim {
 		Name:       c.name,
 		Config:     cfg,
 		Source:     config.Source{Object: "Secret " + c.ref},
-		Properties: argoCDProperties(s),
+		Properties: argoCDProperties(s, cfg),
 		Scope:      scope,
 	}
 	return c
 }
 
 // argoCDProperties is what an Argo CD cluster Secret says about its
-// cluster beyond how to reach it; nil if nothing.
-func argoCDProperties(s *corev1.Secret) map[string]string {
+// cluster beyond how to reach it; nil if nothing. cfg is the config read
+// from it (nil if none): no annotation carrying its credentials is kept.
+func argoCDProperties(s *corev1.Secret, cfg *rest.Config) map[string]string {
 	p := map[string]string{}
 	if v := strings.TrimSpace(string(s.Data[argoCDProjectKey])); v != "" && propertyValueOK(v) {
 		p[ArgoCDProjectProperty] = v
@@ -133,16 +139,48 @@ func argoCDProperties(s *corev1.Secret) map[string]string {
 			meta[ArgoCDLabelPropertyPrefix+k] = v
 		}
 	}
+	secrets := argoCDSecrets(s, cfg)
 	for k, v := range s.Annotations {
-		if k != corev1.LastAppliedConfigAnnotation && k != argoCDManagedByAnnotation {
-			meta[ArgoCDAnnotationPropertyPrefix+k] = v
+		if k == corev1.LastAppliedConfigAnnotation || k == argoCDManagedByAnnotation {
+			continue
 		}
+		if slices.ContainsFunc(secrets, func(secret string) bool { return strings.Contains(v, secret) }) {
+			continue
+		}
+		meta[ArgoCDAnnotationPropertyPrefix+k] = v
 	}
 	addMetaProperties(p, meta) // bounded as in properties.go
 	if len(p) == 0 {
 		return nil
 	}
 	return p
+}
+
+// argoCDSecrets are the forms in which the Secret's credentials may be
+// copied into an annotation: its config as stored (base64, as a copy of
+// the object's data holds it) and as written, and the token, password and
+// client key it carries, as written and as the config JSON encodes the
+// key. Empty forms are left out.
+func argoCDSecrets(s *corev1.Secret, cfg *rest.Config) []string {
+	var out []string
+	add := func(v string) {
+		if v != "" {
+			out = append(out, v)
+		}
+	}
+	if raw := s.Data[argoCDConfigKey]; len(bytes.TrimSpace(raw)) > 0 {
+		add(base64.StdEncoding.EncodeToString(raw))
+		add(string(raw))
+	}
+	if cfg != nil {
+		add(cfg.BearerToken)
+		add(cfg.Password)
+		if len(cfg.KeyData) > 0 {
+			add(string(cfg.KeyData))
+			add(base64.StdEncoding.EncodeToString(cfg.KeyData))
+		}
+	}
+	return out
 }
 
 // argoCDInClusterConfig is how Argo CD reaches the cluster it runs in: with

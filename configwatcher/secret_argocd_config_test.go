@@ -1,20 +1,31 @@
 package configwatcher
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"maps"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -377,7 +388,7 @@ func TestArgoCDShardAsArgoCD(t *testing.T) {
 		"1\n": "", " 1": "", "1 ": "", "\t1": "", "one": "", "1.0": "", "": "",
 	} {
 		s := &corev1.Secret{Data: map[string][]byte{argoCDShardKey: []byte(shard)}}
-		if got := argoCDProperties(s)[ArgoCDShardProperty]; got != want {
+		if got := argoCDProperties(s, nil)[ArgoCDShardProperty]; got != want {
 			t.Errorf("shard %q: property %q, want %q", shard, got, want)
 		}
 	}
@@ -436,4 +447,91 @@ func TestArgoCDNoConfig(t *testing.T) {
 			t.Errorf("%s: a config other than the one \"{}\" gives", what)
 		}
 	}
+}
+
+// TestArgoCDAnnotationsCarryNoCredentials: annotations become properties,
+// which Status and the fleet page show, but none that carries the
+// Secret's credentials: a copy of the Secret another tool keeps in an
+// annotation (its data base64 as stored, or its stringData, JSON or YAML),
+// or the token, password or client key on their own. Other annotations
+// are kept.
+func TestArgoCDAnnotationsCarryNoCredentials(t *testing.T) {
+	const token, password = "s3cr3t-t0ken-value", "hunter2-password"
+	certPEM, keyPEM := clientCertificate(t)
+	for _, tc := range []struct {
+		what   string
+		config map[string]any
+		leaks  []string // what must not reach a property
+	}{
+		{"token", map[string]any{"bearerToken": token, "tlsClientConfig": map[string]any{"insecure": true}}, []string{token}},
+		{"basic auth", map[string]any{"username": "admin", "password": password, "tlsClientConfig": map[string]any{"insecure": true}}, []string{password}},
+		{"client key", map[string]any{"tlsClientConfig": map[string]any{"insecure": true, "certData": base64.StdEncoding.EncodeToString(certPEM), "keyData": base64.StdEncoding.EncodeToString(keyPEM)}}, []string{string(keyPEM), base64.StdEncoding.EncodeToString(keyPEM)}},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			data := argoCDSecretData(t, "prod", "https://prod.example:6443", tc.config)
+			stored := map[string]string{}
+			for k, v := range data {
+				stored[k] = base64.StdEncoding.EncodeToString(v)
+			}
+			copyOf := func(v any) string {
+				b, err := json.Marshal(v)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return string(b)
+			}
+			annotations := map[string]string{
+				"team":                 "payments",
+				"example.com/original": copyOf(map[string]any{"apiVersion": "v1", "kind": "Secret", "data": stored}),
+				"example.com/applied":  copyOf(map[string]any{"apiVersion": "v1", "kind": "Secret", "stringData": map[string]string{"config": string(data[argoCDConfigKey])}}),
+				"example.com/yaml":     "kind: Secret\nstringData:\n  config: " + string(data[argoCDConfigKey]) + "\n",
+			}
+			for i, leak := range tc.leaks {
+				annotations[fmt.Sprint("example.com/alone-", i)] = leak
+				annotations[fmt.Sprint("example.com/within-", i)] = "prefix " + leak + " suffix"
+			}
+			s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Annotations: annotations}, Data: data}
+			_, cfg, err := argoCDConfig(data, false, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			props := argoCDProperties(s, cfg)
+			if props[ArgoCDAnnotationPropertyPrefix+"team"] != "payments" {
+				t.Errorf("the team annotation was not kept: %v", props)
+			}
+			for k, v := range props {
+				for _, leak := range append(tc.leaks, stored[argoCDConfigKey]) {
+					if strings.Contains(v, leak) {
+						t.Errorf("property %s carries a credential", k)
+					}
+				}
+			}
+			if len(props) != 1 {
+				t.Errorf("properties %v, want only the team annotation", slices.Sorted(maps.Keys(props)))
+			}
+		})
+	}
+}
+
+// clientCertificate is a self-signed client certificate and its key, PEM.
+func clientCertificate(t *testing.T) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "client"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
 }
