@@ -68,9 +68,11 @@ type cluster struct {
 	// replaced, never changed in place, and never handed out: shared
 	// holds the copies of them that Statuses hands out.
 	status ClusterStatus
-	shared statusParts
-	mgr    manager.Manager // the live generation's Manager while Ready
-	dead   bool            // removed from the registry; every operation retries
+	// errorAt is when status.LastError was recorded.
+	errorAt time.Time
+	shared  statusParts
+	mgr     manager.Manager // the live generation's Manager while Ready
+	dead    bool            // removed from the registry; every operation retries
 	// local says this replica may run the name: always without sharding;
 	// with it, while this replica holds the cluster's lease (own/disown).
 	local bool
@@ -483,7 +485,7 @@ func (c *cluster) setPhaseLocked(g *generation, p Phase, err error) {
 		c.status.Phase, c.status.Since = p, time.Now()
 	}
 	if err != nil {
-		c.status.LastError = c.redactLocked(g, err)
+		c.status.LastError, c.errorAt = c.redactLocked(g, err), time.Now()
 	}
 	c.series.phase(p)
 	c.publishLocked() // the event below finds it in Status
@@ -589,7 +591,7 @@ func (c *cluster) recordError(g *generation, err error) {
 	c.mu.Lock()
 	defer c.publishUnlock()
 	if g == c.gen {
-		c.status.LastError = c.redactLocked(g, err)
+		c.status.LastError, c.errorAt = c.redactLocked(g, err), time.Now()
 	}
 }
 
@@ -643,10 +645,13 @@ func (c *cluster) runEnded() {
 	c.setPhaseLocked(c.gen, PhaseStopping, nil)
 }
 
-func (c *cluster) lastErrorOr(def error) error {
+// lastErrorSince returns the last error if it was recorded at since or
+// later (during the attempt that began then), else def: an earlier
+// attempt's error is no cause of this one's failure.
+func (c *cluster) lastErrorSince(since time.Time, def error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.status.LastError != nil {
+	if c.status.LastError != nil && !c.errorAt.Before(since) {
 		return c.status.LastError
 	}
 	return def

@@ -272,7 +272,7 @@ func (g *generation) attempt() (wasReady bool, err error) {
 			return
 		}
 		if actx.Err() == nil {
-			end.stop(fmt.Errorf("caches not synced within %s: %w", e.opts.CacheSyncTimeout, g.c.lastErrorOr(context.DeadlineExceeded)))
+			end.stop(fmt.Errorf("caches not synced within %s: %w", e.opts.CacheSyncTimeout, g.c.lastErrorSince(begin, context.DeadlineExceeded)))
 		}
 	}()
 	// Setups registered while the member runs are applied by lateSetups,

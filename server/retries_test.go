@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -122,5 +124,43 @@ func TestWatchAfterStartReturnedAddsNothing(t *testing.T) {
 	}
 	if v := metricValue(t, "mccr_cluster_failures_total", "cluster", "late-w"); v >= 0 {
 		t.Error("a series of the cluster refused exists")
+	}
+}
+
+// TestSyncTimeoutErrorIsThisAttempts: a member whose caches never sync
+// fails each start with "caches not synced", naming the cause recorded
+// during that start, if any, never the error of an earlier one: the
+// error does not grow with every retry.
+func TestSyncTimeoutErrorIsThisAttempts(t *testing.T) {
+	ns := testNamespace(t)
+	r := startServer(t, ns, nil, func(o *server.Options) {
+		o.CacheSyncTimeout = time.Second
+		o.Backoff = wait.Backoff{Duration: 300 * time.Millisecond, Factor: 1, Cap: time.Minute}
+	})
+	f := fakeMember(t, "x")
+	ok := configMapController("sync-timeout")
+	// After each start's check, the member's API server stops answering:
+	// its caches never sync. It answers again once the start has failed,
+	// so that the next start's check gets through.
+	r.srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
+		f.Hang(true)
+		return ok(mgr)
+	})
+	if err := r.srv.Add(config.NewNamedConfig("never-synced", f.Config())); err != nil {
+		t.Fatal(err)
+	}
+	test.Eventually(t, 60*time.Second, "three starts failed on unsynced caches", func() bool {
+		st, err := r.srv.Status("never-synced")
+		if err == nil && st.Phase == server.PhaseFailed {
+			f.Hang(false)
+		}
+		return err == nil && st.Failures >= 3
+	})
+	st, err := r.srv.Status("never-synced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg := fmt.Sprint(st.LastError); strings.Count(msg, "caches not synced") != 1 {
+		t.Errorf("after %d failed starts, LastError is %q; want one start's error", st.Failures, msg)
 	}
 }
