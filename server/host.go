@@ -34,7 +34,9 @@ func (s *Server) AddMetricsServerExtraHandler(path string, handler http.Handler)
 }
 
 // Elected is closed when the host Manager is elected leader (at once
-// without leader election); members run only from then on.
+// without leader election). Members run on standbys too, their caches
+// synced and the fan-out client reading them; their controllers start
+// only from then on (and, with Options.ColdStandby, the members too).
 func (s *Server) Elected() <-chan struct{} { return s.host.Elected() }
 
 // GetConfig returns the host cluster's rest.Config.

@@ -10,13 +10,33 @@ import (
 
 // FleetReadyCheck returns a health check, for the host Manager's
 // AddReadyzCheck, that passes while at least minReady members are Ready. The
-// Server adds no such check by itself.
+// Server adds no such check by itself. A cold standby (Options.ColdStandby,
+// a replica that does not lead) runs no member until it leads, and is as
+// ready as it will be: the check passes there, so that a rollout that
+// waits for new replicas to be ready can go on.
 func (s *Server) FleetReadyCheck(minReady int) healthz.Checker {
 	return func(*http.Request) error {
+		if s.coldStandby() {
+			return nil
+		}
 		if n := len(s.routes.ReadyClusters()); n < minReady {
 			return fmt.Errorf("%d of at least %d member clusters ready", n, minReady)
 		}
 		return nil
+	}
+}
+
+// coldStandby says whether this replica keeps its members stopped until
+// it leads, and does not lead.
+func (s *Server) coldStandby() bool {
+	if !(fleetRunnable{s}).NeedLeaderElection() || !s.env.memberOpts.LeaderElection {
+		return false
+	}
+	select {
+	case <-s.host.Elected():
+		return false
+	default:
+		return true
 	}
 }
 

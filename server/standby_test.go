@@ -249,8 +249,16 @@ func TestStandbyServesReadsAndTakesOverWarm(t *testing.T) {
 				if !errors.Is(err, server.ErrClusterNotReady) {
 					t.Fatalf("cold standby's Get = %v, want ErrClusterNotReady", err)
 				}
+				// Ready as it will be until it leads: a rollout waiting
+				// for the new replica to be ready goes on.
+				if err := standby.srv.FleetReadyCheck(1)(nil); err != nil {
+					t.Errorf("cold standby's FleetReadyCheck(1): %v; want it passing", err)
+				}
 			} else {
 				test.Eventually(t, 60*time.Second, "every member Ready on the standby", func() bool { return allReady(standby.srv, clusters) })
+				if err := standby.srv.FleetReadyCheck(len(clusters))(nil); err != nil {
+					t.Errorf("warm standby's FleetReadyCheck(%d) with every member Ready: %v", len(clusters), err)
+				}
 				for _, nc := range clusters {
 					var cm corev1.ConfigMap
 					ctx := known.WithCluster(context.Background(), nc.Name)
