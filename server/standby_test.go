@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +46,8 @@ type candidateOptions struct {
 	clusters  []*config.NamedConfig
 	cold      bool
 	log       logr.Logger
+	// owners, when set, records each replica's ownership of its members.
+	owners *test.OwnershipRecorder
 }
 
 func startCandidate(tb testing.TB, id string, o candidateOptions) *candidate {
@@ -75,6 +78,9 @@ func startCandidate(tb testing.TB, id string, o candidateOptions) *candidate {
 	srv.AddReconcilerSetup(func(mgr ctrl.Manager) error {
 		return ctrl.NewControllerManagedBy(mgr).Named("failover-" + o.ns).For(&corev1.ConfigMap{}).Complete(first)
 	})
+	if o.owners != nil {
+		srv.AddReconcilerSetup(o.owners.Setup(id))
+	}
 	for _, nc := range o.clusters {
 		if err := srv.Add(nc); err != nil {
 			tb.Fatal(err)
@@ -235,7 +241,8 @@ func TestStandbyServesReadsAndTakesOverWarm(t *testing.T) {
 			ns := testNamespace(t)
 			clusters := failoverFleet(t, ns, 20)
 			ignore := goleak.IgnoreCurrent()
-			o := candidateOptions{ns: ns, lease: "mccr-standby-" + ns, clusters: clusters, cold: tc.cold, log: test.Logger(t)}
+			owners := &test.OwnershipRecorder{}
+			o := candidateOptions{ns: ns, lease: "mccr-standby-" + ns, clusters: clusters, cold: tc.cold, log: test.Logger(t), owners: owners}
 			leader, standby := pair(t, o)
 
 			if tc.cold {
@@ -282,6 +289,13 @@ func TestStandbyServesReadsAndTakesOverWarm(t *testing.T) {
 			}
 			if n := standby.reconciled(clusters); n != 0 {
 				t.Fatalf("the standby reconciled in %d clusters while the other replica led", n)
+			}
+			// The ownership recorder agrees: the leader owns every
+			// cluster, the standby (its members running or not) none.
+			for _, nc := range clusters {
+				if got := owners.Owners(nc.Name); !slices.Equal(got, []string{leader.id}) {
+					t.Errorf("%s owned by %v while %s led; want the leader alone", nc.Name, got, leader.id)
+				}
 			}
 
 			f := killLeader(t, leader, standby, clusters, tc.hard)

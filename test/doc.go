@@ -98,7 +98,9 @@
 // whole run, for sharded controllers, whose promise is that a cluster has
 // at most one owner at any instant and is never without one for long. Its
 // Setup, given to every replica's Server, records each member Manager
-// from the moment its caches have synced until it has stopped entirely;
+// from the moment its controllers may run (its caches synced, and its
+// replica elected when the host uses leader election: a warm standby's
+// members own nothing) until it has stopped entirely;
 // its Report lists, per cluster, the intervals with two owners and those
 // with none, and Check fails on either:
 //

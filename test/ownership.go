@@ -151,12 +151,15 @@ func (r *OwnershipRecorder) Owners(cluster string) []string {
 }
 
 // Setup returns a reconciler setup for a Server of replica (give it to
-// Server.AddReconcilerSetup): it adds Runnable(replica, "") to every
-// member Manager, which learns its cluster's name from the context the
-// member runs it with.
+// Server.AddReconcilerSetup): it adds to every member Manager a runnable
+// that learns its cluster's name from the context the member runs it
+// with, and records the member's ownership while its controllers may
+// run: it needs leader election, so on a replica whose host does not lead
+// (a warm standby, whose members run and reconcile nothing) it owns
+// nothing until that replica is elected.
 func (r *OwnershipRecorder) Setup(replica string) func(ctrl.Manager) error {
 	return func(mgr ctrl.Manager) error {
-		rn := &ownershipRunnable{rec: r, replica: replica}
+		rn := &ownershipRunnable{rec: r, replica: replica, elected: true}
 		if s, ok := mgr.(interface{ Stopped() <-chan struct{} }); ok {
 			rn.stopped = s.Stopped()
 		}
@@ -187,9 +190,12 @@ type ownershipRunnable struct {
 	replica, cluster string
 	// stopped closes once the member Manager has stopped entirely.
 	stopped <-chan struct{}
+	// elected: the runnable starts with the Manager's controllers, once
+	// the replica is elected (Setup's, in Server members).
+	elected bool
 }
 
-func (*ownershipRunnable) NeedLeaderElection() bool { return false }
+func (o *ownershipRunnable) NeedLeaderElection() bool { return o.elected }
 
 func (o *ownershipRunnable) Start(ctx context.Context) error {
 	cluster := o.cluster
