@@ -32,8 +32,10 @@ func expandHome(path string) (string, error) {
 //   - editor and backup files are skipped, as SkippedName describes: names
 //     starting with "#", ending with "~" or "#", ending with ".swp", ".swo",
 //     ".swx", ".swn", ".bak", ".orig", ".rej", ".tmp", ".temp", ".dpkg-new",
-//     ".dpkg-old", ".dpkg-dist", ".rpmnew" or ".rpmsave", and the name
-//     "4913" (vim's probe for a writable directory);
+//     ".dpkg-old", ".dpkg-dist", ".rpmnew", ".rpmsave" or ".lock" (the lock
+//     kubectl leaves behind when it is killed while writing), the names
+//     "4913" (vim's probe for a writable directory) and "sed" followed by
+//     six letters or digits ("sed -i"'s temporary file);
 //   - sub-directories are skipped;
 //   - symlinks are followed: one to a regular file counts (a mounted
 //     Secret's files are symlinks through "..data"), one to anything else
@@ -87,6 +89,7 @@ var editorSuffixes = []string{
 	".swp", ".swo", ".swx", ".swn",
 	".bak", ".orig", ".rej", ".tmp", ".temp",
 	".dpkg-new", ".dpkg-old", ".dpkg-dist", ".rpmnew", ".rpmsave",
+	".lock",
 }
 
 // SkippedName says whether a directory entry with this name is left out of
@@ -94,12 +97,15 @@ var editorSuffixes = []string{
 // editors, patch and package managers leave behind — a leading "#" (Emacs
 // auto-save "#x#"), a trailing "~" or "#", the suffixes ".swp", ".swo",
 // ".swx", ".swn" (vim swap), ".bak", ".orig", ".rej", ".tmp", ".temp",
-// ".dpkg-new", ".dpkg-old", ".dpkg-dist", ".rpmnew", ".rpmsave", and the
-// name "4913" (vim's probe). Suffixes are matched case-insensitively. Such
-// a file is a stale or partial copy: loading it would serve an old config,
-// or claim a context name that belongs to the real file.
+// ".dpkg-new", ".dpkg-old", ".dpkg-dist", ".rpmnew", ".rpmsave", ".lock"
+// (kubectl's "<file>.lock", left behind when kubectl is killed), the name
+// "4913" (vim's probe), and "sed" followed by exactly six ASCII letters or
+// digits ("sed -i"'s temporary file, "sedAb12Cd"). Suffixes are matched
+// case-insensitively. Such a file is a stale or partial copy: loading it
+// would serve an old config, or claim a context name that belongs to the
+// real file.
 func SkippedName(name string) bool {
-	if name == "" || name == "4913" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "#") {
+	if name == "" || name == "4913" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "#") || isSedTemp(name) {
 		return true
 	}
 	lower := strings.ToLower(name)
@@ -109,4 +115,19 @@ func SkippedName(name string) bool {
 		}
 	}
 	return false
+}
+
+// isSedTemp matches the temporary file GNU sed -i writes next to the file it
+// edits: "sed" and six random letters or digits (mkstemp's "sedXXXXXX").
+func isSedTemp(name string) bool {
+	rest, ok := strings.CutPrefix(name, "sed")
+	if !ok || len(rest) != 6 {
+		return false
+	}
+	for _, r := range rest {
+		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9') {
+			return false
+		}
+	}
+	return true
 }

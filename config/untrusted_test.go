@@ -260,6 +260,7 @@ func TestEditorFilesAreSkipped(t *testing.T) {
 		".prod.kubeconfig.swo", "prod.kubeconfig.swx", "prod.kubeconfig.bak", "prod.kubeconfig.orig",
 		"prod.kubeconfig.tmp", "4913", "prod.kubeconfig.rej", "prod.kubeconfig.dpkg-old",
 		"prod.kubeconfig.rpmnew", "prod.kubeconfig.BAK", ".#prod.kubeconfig",
+		"prod.kubeconfig.lock", "config.LOCK", "sedAb12Cd", "sed0q9XzZ",
 	}
 	for i, n := range leftovers {
 		writeFile(t, filepath.Join(dir, n), kubeconfig(t, ctxSpec{"leftover-" + string(rune('a'+i)), "https://127.0.0.1:6443", "t"}))
@@ -273,7 +274,7 @@ func TestEditorFilesAreSkipped(t *testing.T) {
 			t.Errorf("SkippedName(%q) = false", n)
 		}
 	}
-	for _, n := range []string{"prod", "prod.kubeconfig", "config", "a.yaml", "49130", "swp"} {
+	for _, n := range []string{"prod", "prod.kubeconfig", "config", "a.yaml", "49130", "swp", "sed", "sedAb12C", "sedAb12Cd3", "sed-ab12c", "lock", "sedona.yaml"} {
 		if SkippedName(n) {
 			t.Errorf("SkippedName(%q) = true", n)
 		}

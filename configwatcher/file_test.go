@@ -858,7 +858,7 @@ func TestFileWatcherSkipsEditorFiles(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "prod.yaml"), kubeconfig(t, ctxSpec{"prod", server(1), "t"}))
 	w := start(t, dir)
 	expectEvents(t, w, "Added prod "+server(1))
-	for i, name := range []string{"#prod.yaml#", "prod.yaml~", ".prod.yaml.swp", "prod.yaml.swo", "prod.yaml.swx", "prod.yaml.bak", "prod.yaml.orig", "prod.yaml.tmp", "4913"} {
+	for i, name := range []string{"#prod.yaml#", "prod.yaml~", ".prod.yaml.swp", "prod.yaml.swo", "prod.yaml.swx", "prod.yaml.bak", "prod.yaml.orig", "prod.yaml.tmp", "4913", "prod.yaml.lock", "sedX1y2Z3"} {
 		writeFile(t, filepath.Join(dir, name), kubeconfig(t, ctxSpec{"prod", server(100 + i), "t"}, ctxSpec{fmt.Sprintf("leftover-%d", i), server(200 + i), "t"}))
 	}
 	expectQuiet(t, w)
