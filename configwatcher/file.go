@@ -34,12 +34,14 @@ const (
 	// parent directory is gone) is tried again.
 	retryInterval = time.Second
 
-	// maxReferenceDirs bounds the directories watched for the files that
-	// kubeconfigs refer to (beyond those watched for the kubeconfigs
-	// themselves), so that a directory full of kubeconfigs naming files in
-	// as many sub-directories cannot use up the user's inotify watches. The
-	// files beyond it are read again only when something else changes.
-	maxReferenceDirs = 256
+	// maxExtraDirs bounds the directories watched beyond the watched path
+	// itself (its directory, its parent, the links on the way to it): those
+	// that directory entries symlink into and those of the files kubeconfigs
+	// refer to share it, entries first. A directory full of symlinks into
+	// as many sub-directories, or of kubeconfigs naming files in them,
+	// cannot use up the user's inotify watches. The files beyond it are
+	// read again only when something else changes.
+	maxExtraDirs = 256
 )
 
 // FileOptions configures a FileWatcher. The zero value is usable; defaults
@@ -189,8 +191,14 @@ func newFileOptions(opts []FileOption) (FileOptions, error) {
 // watcher read the kubeconfigs again: an Updated event for each cluster
 // whose content changed; a file that became unreadable is reported, naming
 // it, and the cluster keeps its last good config. A reference dropped from
-// the kubeconfigs stops being watched. Once 256 such directories are
-// watched, no reference adds more (a problem on Errors says so). Files that
+// the kubeconfigs stops being watched.
+//
+// Watches are bounded: beyond the watched path's own directories, at most
+// 256 directories are watched for the directories that entries symlink into
+// and for referenced files together, entries first. Past that bound no
+// entry or reference adds more (a problem on Errors says so, naming the
+// first entry left out), and the files they lead to are read again only
+// when something else changes. Files that
 // AllowFileReferences leaves to client-go are not watched: client-go reads
 // them itself.
 //
@@ -577,6 +585,41 @@ func (ws watchSet) entry(dir, name string) {
 	names[name] = true
 }
 
+// missing counts the directories of other that ws does not hold.
+func (ws watchSet) missing(other watchSet) int {
+	n := 0
+	for dir := range other {
+		if _, ok := ws[dir]; !ok {
+			n++
+		}
+	}
+	return n
+}
+
+// merge adds every directory and name of other to ws.
+func (ws watchSet) merge(other watchSet) {
+	for dir, names := range other {
+		if names == nil {
+			ws.all(dir)
+			continue
+		}
+		for name := range names {
+			ws.entry(dir, name)
+		}
+	}
+}
+
+// countLinks counts the symlinks among files.
+func countLinks(files []string) int {
+	n := 0
+	for _, f := range files {
+		if fi, err := os.Lstat(f); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // maxLinks bounds the symlinks followed on one path, as the kernel does.
 const maxLinks = 40
 
@@ -650,19 +693,27 @@ func (w *FileWatcher) updateWatches(files, refs []string) []error {
 		}
 	}
 	realRoot, _ := filepath.EvalSymlinks(w.root)
-	for _, f := range files {
+	base := len(ws)
+	for i, f := range files {
 		if fi, err := os.Lstat(f); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
 			continue // in the root itself
 		}
-		resolved, err := ws.follow(f)
+		// Followed on the side, so that an entry whose directories would go
+		// over the bound adds none of them.
+		one := watchSet{}
+		resolved, err := one.follow(f)
 		if err == nil && filepath.Dir(resolved) != realRoot {
-			ws.all(filepath.Dir(resolved))
+			one.all(filepath.Dir(resolved))
 		}
+		if len(ws)+ws.missing(one)-base > maxExtraDirs {
+			problems = append(problems, fmt.Errorf("configwatcher: the entries of %s are symlinks into more than %d directories: from %s on, %d of them are not watched for changes, and are read again only when something else changes", w.root, maxExtraDirs, f, countLinks(files[i:])))
+			break
+		}
+		ws.merge(one)
 	}
-	base := len(ws)
 	for i, p := range refs {
-		if len(ws)-base >= maxReferenceDirs {
-			problems = append(problems, fmt.Errorf("configwatcher: the kubeconfigs of %s refer to files in more than %d directories: %d of the files are not watched, and are read again only when something else changes", w.root, maxReferenceDirs, len(refs)-i))
+		if len(ws)-base >= maxExtraDirs {
+			problems = append(problems, fmt.Errorf("configwatcher: the kubeconfigs of %s and their symlinks lead to files in more than %d directories: %d of the files are not watched, and are read again only when something else changes", w.root, maxExtraDirs, len(refs)-i))
 			break
 		}
 		if resolved, err := ws.follow(p); err == nil {
