@@ -21,7 +21,10 @@ var (
 	// ErrNoContexts means a kubeconfig defines no context, so it names no
 	// cluster. An empty file is such a kubeconfig; the file watcher treats it
 	// like any broken file (it keeps the file's last good clusters), because
-	// an editor that truncates before writing produces one for a moment.
+	// an editor that truncates before writing produces one for a moment. A
+	// kubeconfig whose "contexts" is written out as null or [] ("kubectl
+	// config delete-context" of the last context writes "contexts: null")
+	// says it has none: that is no error, and no configs.
 	ErrNoContexts = errors.New("kubeconfig has no contexts")
 
 	// ErrDuplicateContext means two kubeconfig files of one directory define

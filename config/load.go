@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"syscall"
 
+	yaml "go.yaml.in/yaml/v3"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -120,7 +121,8 @@ func newLoadOptions(opts []LoadOption) LoadOptions {
 //
 // What cannot be used is reported, each problem a *FileError naming the file
 // and context, joined into one error: malformed files, files without
-// contexts, contexts whose name ValidateName refuses (wrapping
+// contexts (unless they say so: "contexts: null" or "contexts: []", as
+// "kubectl config delete-context" of the last one leaves a file), contexts whose name ValidateName refuses (wrapping
 // ErrInvalidName), contexts naming a missing cluster or user, exec and
 // auth-provider users (unless AllowAuthPlugins), and a context defined in
 // two files (ErrDuplicateContext; the file whose path sorts first keeps it).
@@ -233,7 +235,10 @@ func isSymlink(path string) bool {
 // rules described at LoadConfigsFromConfigFile to one file. Contexts that
 // cannot be used are reported (a *FileError each, joined) and the others
 // returned; an error about the whole file (unreadable, malformed, no
-// contexts) comes with no configs.
+// contexts) comes with no configs. A kubeconfig that says it has no
+// contexts ("contexts: null" or "contexts: []", as "kubectl config
+// delete-context" of the last one leaves it) is no error: it has no
+// configs.
 //
 // LoadFile treats the file as found in a directory: its file references must
 // stay in its own directory unless opts include AllowFileReferences.
@@ -312,6 +317,9 @@ func parseKubeconfig(path string, data []byte, o LoadOptions) ([]*NamedConfig, e
 		return nil, &FileError{Path: path, Err: err}
 	}
 	if len(raw.Contexts) == 0 {
+		if saysNoContexts(data) {
+			return nil, nil
+		}
 		return nil, &FileError{Path: path, Err: ErrNoContexts}
 	}
 
@@ -355,6 +363,39 @@ func parseKubeconfig(path string, data []byte, o LoadOptions) ([]*NamedConfig, e
 		cfgs = append(cfgs, nc)
 	}
 	return cfgs, errors.Join(errs...)
+}
+
+// saysNoContexts reports whether a kubeconfig that decoded without contexts
+// says so in so many words: its top-level "contexts" is written out as
+// null ("null", "~") or as "[]", as "kubectl config delete-context" of the
+// last context leaves it ("contexts: null"). A file that merely lacks
+// contexts (empty, or cut off before or just after "contexts:", as a
+// write in progress is) does not: it is ErrNoContexts. data has decoded,
+// so its shape is bounded already.
+func saysNoContexts(data []byte) bool {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil || doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
+		return false
+	}
+	top := doc.Content[0]
+	if top.Kind != yaml.MappingNode {
+		return false
+	}
+	found := false
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		if top.Content[i].Value != "contexts" {
+			continue
+		}
+		v := top.Content[i+1]
+		switch {
+		case v.Kind == yaml.SequenceNode && len(v.Content) == 0:
+		case v.Kind == yaml.ScalarNode && v.Tag == "!!null" && v.Value != "":
+		default:
+			return false
+		}
+		found = true
+	}
+	return found
 }
 
 // buildContext builds one context's config. read is what

@@ -730,3 +730,37 @@ func FuzzLoadFile(f *testing.F) {
 		}
 	})
 }
+
+// TestExplicitlyNoContexts: a kubeconfig that says it has no contexts
+// ("kubectl config delete-context" of the last one leaves "contexts: null"
+// next to its clusters and users) is no error, while one that merely lacks
+// them (empty, or cut off around "contexts:") is ErrNoContexts.
+func TestExplicitlyNoContexts(t *testing.T) {
+	const rest = "apiVersion: v1\nclusters:\n- cluster: {server: \"https://127.0.0.1:1\"}\n  name: c\n"
+	const users = "current-context: a\nkind: Config\nusers:\n- name: u\n  user: {token: t}\n"
+	for name, content := range map[string]string{
+		"kubectl's null": rest + "contexts: null\n" + users,
+		"tilde":          rest + "contexts: ~\n" + users,
+		"empty list":     rest + "contexts: []\n" + users,
+		"json":           `{"apiVersion": "v1", "kind": "Config", "contexts": [], "clusters": []}`,
+	} {
+		p := filepath.Join(t.TempDir(), "config")
+		writeFile(t, p, []byte(content))
+		if cfgs, err := LoadFile(p); err != nil || len(cfgs) != 0 {
+			t.Errorf("%s: %v, %v; want no configs and no error", name, names(cfgs), err)
+		}
+	}
+	for name, content := range map[string]string{
+		"empty":             "",
+		"no contexts key":   rest,
+		"cut after key":     rest + "contexts:\n",
+		"cut after key, ws": rest + "contexts:   \n",
+		"users only":        "kind: Config\n" + users,
+	} {
+		p := filepath.Join(t.TempDir(), "config")
+		writeFile(t, p, []byte(content))
+		if cfgs, err := LoadFile(p); !errors.Is(err, ErrNoContexts) || len(cfgs) != 0 {
+			t.Errorf("%s: %v, %v; want ErrNoContexts", name, names(cfgs), err)
+		}
+	}
+}

@@ -178,6 +178,9 @@ func newFileOptions(opts []FileOption) (FileOptions, error) {
 // A file that cannot be read or parsed, or that has no contexts (an editor
 // truncating it before writing), is reported on Errors and its last good
 // clusters are kept: to remove clusters, remove their contexts or the file.
+// A file whose "contexts" is written out empty ("contexts: null" or
+// "contexts: []", as "kubectl config delete-context" of the last context
+// leaves it) has no contexts on purpose: its clusters are Deleted.
 // Likewise a context that stops loading (a missing CA file, say) keeps its
 // last good config. Each problem is reported once, when it appears; it is
 // reported again if it goes away and comes back.

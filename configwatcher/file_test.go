@@ -915,3 +915,33 @@ func TestFileWatcherFollowsSwitchedLinks(t *testing.T) {
 		chain(t, t.TempDir(), base, configwatcher.AllowFileReferences(base))
 	})
 }
+
+// "kubectl config delete-context" of a file's last context leaves the file
+// saying "contexts: null", its clusters and users still there: the file's
+// clusters are Deleted, and no error is reported. An empty file still keeps
+// them.
+func TestFileWatcherLastContextDeleted(t *testing.T) {
+	leakcheck.Cleanup(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "team.yaml")
+	writeFile(t, path, kubeconfig(t, ctxSpec{"a", server(1), "t"}, ctxSpec{"b", server(2), "t"}))
+	w := start(t, dir)
+	expectEvents(t, w, "Added a "+server(1), "Added b "+server(2))
+
+	writeFile(t, path, nil)
+	expectError(t, w, path, "no contexts")
+	expectQuiet(t, w)
+	writeFile(t, path, kubeconfig(t, ctxSpec{"a", server(1), "t"}, ctxSpec{"b", server(2), "t"}))
+	expectQuiet(t, w)
+
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(cfg.Contexts)
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	expectEvents(t, w, "Deleted a", "Deleted b")
+	expectNoError(t, w)
+}
