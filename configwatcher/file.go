@@ -1,6 +1,7 @@
 package configwatcher
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -172,17 +173,32 @@ func newFileOptions(opts []FileOption) (FileOptions, error) {
 // A cluster name belongs to the file it is first served from. Another file
 // defining the same context later is the conflict (config.ErrDuplicateContext
 // naming it as the loser and the owner as the file that keeps it) and takes
-// over only when the owner drops the context or goes away. At start-up, the
-// file whose path sorts first wins.
+// over only when the owner goes away or its drop of the context has settled
+// (below). At start-up, the file whose path sorts first wins.
 //
 // A file that cannot be read or parsed, or that has no contexts (an editor
 // truncating it before writing), is reported on Errors and its last good
 // clusters are kept: to remove clusters, remove their contexts or the file.
 // A file whose "contexts" is written out empty ("contexts: null" or
 // "contexts: []", as "kubectl config delete-context" of the last context
-// leaves it) has no contexts on purpose: its clusters are Deleted.
+// leaves it) has no contexts on purpose: its clusters are Deleted once that
+// has settled (below).
 // Likewise a context that stops loading (a missing CA file, say) keeps its
-// last good config. Each problem is reported once, when it appears; it is
+// last good config.
+//
+// A file caught half-written often still parses, its later contexts
+// missing. So a file that stops defining contexts it serves keeps them
+// until it has read the same (size, modification time and what it loads
+// to) across reads a settle period apart: ten times Debounce, 1s by
+// default. A writer that pauses mid-write for less than that takes nothing
+// away, and does not hand a name to another file defining it. Contexts
+// added or changed are taken at once, and a removed file's clusters go at
+// once. What this cannot catch: a writer that pauses for longer, and a cut
+// that parses into changed values of the contexts it keeps. Write
+// kubeconfigs atomically (a temporary file renamed over the original), as
+// the kubelet's Secret and ConfigMap volumes, kubectl and most editors do.
+//
+// Each problem is reported once, when it appears; it is
 // reported again if it goes away and comes back.
 //
 // Files that a kubeconfig refers to (CA, client certificate and key, token
@@ -225,8 +241,9 @@ type FileWatcher struct {
 	watched    map[string]os.FileInfo
 	filter     watchSet // which events of each watched directory matter
 	retryWatch bool
-	readAgain  bool     // a watch was set up after the files it covers were read
-	refs       []string // filesRead as of the last sync: the referenced files watched
+	readAgain  bool      // a watch was set up after the files it covers were read
+	settleAt   time.Time // when the earliest pending drop may settle; zero if none
+	refs       []string  // filesRead as of the last sync: the referenced files watched
 	files      map[string]*fileState
 	reported   map[string]bool
 	owners     map[string]string // cluster name → the file it is served from
@@ -241,7 +258,31 @@ type fileState struct {
 	// failed, were read from (config.NamedConfig.FilesRead), watched so
 	// that a rotated token or certificate is read again.
 	read []string
+	// dropping is set while the file's content drops contexts it serves:
+	// what it was when that was first read, and when. The drop is applied
+	// once the file has read the same for the settle period.
+	dropping *pendingDrop
 }
+
+// pendingDrop is a file's content that drops served contexts, waiting to
+// settle.
+type pendingDrop struct {
+	seen  fileSeen
+	since time.Time
+}
+
+// fileSeen is what tells one version of a file from another: its size and
+// modification time, before and after it was loaded, and a digest of what
+// loading it gave (each context's name and config.NamedConfig.Fingerprint,
+// and the errors).
+type fileSeen struct {
+	size, mtime           int64
+	sizeAfter, mtimeAfter int64
+	digest                [sha256.Size]byte
+}
+
+// stable says whether the file did not change while it was loaded.
+func (s fileSeen) stable() bool { return s.size == s.sizeAfter && s.mtime == s.mtimeAfter }
 
 // NewFileWatcher watches fileOrDir, which must exist, and starts reporting
 // its clusters: first all of them as Added, then changes. Call Stop to end
@@ -333,11 +374,21 @@ func (w *FileWatcher) run() {
 	}
 
 	again := func() {
+		wait := time.Duration(-1)
 		switch {
 		case w.readAgain:
-			schedule(w.opts.Debounce)
+			wait = w.opts.Debounce
 		case w.retryWatch:
-			schedule(retryInterval)
+			wait = retryInterval
+		}
+		if !w.settleAt.IsZero() {
+			// Read again when a pending drop may settle.
+			if d := max(time.Until(w.settleAt), 0); wait < 0 || d < wait {
+				wait = d
+			}
+		}
+		if wait >= 0 {
+			schedule(wait)
 		}
 	}
 	if !w.sync() {
@@ -430,6 +481,7 @@ func (w *FileWatcher) sync() bool {
 
 	loaded := make([]config.FileConfigs, 0, len(files))
 	seen := make(map[string]bool, len(files))
+	w.settleAt = time.Time{}
 	for _, f := range files {
 		select {
 		case <-w.stop:
@@ -443,6 +495,10 @@ func (w *FileWatcher) sync() bool {
 		if w.rootIsDir {
 			load = config.LoadDirectoryEntry
 		}
+		var look fileSeen
+		if fi, err := os.Stat(f); err == nil {
+			look.size, look.mtime = fi.Size(), fi.ModTime().UnixNano()
+		}
 		err := safe.Call(w.log, "configwatcher: kubeconfig "+f, func() (err error) {
 			cfgs, err = load(f, w.loadOpts...)
 			return err
@@ -450,13 +506,23 @@ func (w *FileWatcher) sync() bool {
 		if len(cfgs) == 0 && errors.Is(err, fs.ErrNotExist) {
 			continue // removed since it was listed
 		}
+		if fi, err := os.Stat(f); err == nil {
+			look.sizeAfter, look.mtimeAfter = fi.Size(), fi.ModTime().UnixNano()
+		}
+		look.digest = loadDigest(cfgs, err)
 		seen[f] = true
 		st := w.files[f]
 		if st == nil {
 			st = &fileState{}
 			w.files[f] = st
 		}
-		st.update(cfgs, err)
+		served := func(name string) bool { return w.owners[name] == f }
+		st.update(cfgs, err, served, look, time.Now(), w.settle())
+		if st.dropping != nil {
+			if at := st.dropping.since.Add(w.settle()); w.settleAt.IsZero() || at.Before(w.settleAt) {
+				w.settleAt = at
+			}
+		}
 		loaded = append(loaded, config.FileConfigs{Path: f, Configs: st.configs(), Err: err})
 	}
 	for f, st := range w.files {
@@ -498,15 +564,25 @@ func (w *FileWatcher) sync() bool {
 	return true
 }
 
-// update takes a file's new load result, keeping the last good config of
-// whatever failed to load: a broken file keeps all its clusters, a broken
-// context keeps its own.
-func (st *fileState) update(cfgs []*config.NamedConfig, err error) {
+// settle is how long a file's content that drops contexts it serves must
+// read the same before the drop is applied: as long as the longest a burst
+// of events is debounced, 1s by default.
+func (w *FileWatcher) settle() time.Duration { return maxWaitFactor * w.opts.Debounce }
+
+// update takes a file's new load result, read at now as look, keeping the
+// last good config of whatever failed to load: a broken file keeps all its
+// clusters, a broken context keeps its own. A served context (see served)
+// that the file no longer defines is kept too, until the file has been
+// read the same (look) for settle: a file caught mid-write often parses,
+// with its later contexts missing, and a writer that finishes within
+// settle takes nothing away. Contexts added or changed are taken at once.
+func (st *fileState) update(cfgs []*config.NamedConfig, err error, served func(string) bool, look fileSeen, now time.Time, settle time.Duration) {
 	perContext := map[string]bool{}
 	var read []string
 	for _, e := range appendFlat(nil, err) {
 		fe, ok := errors.AsType[*config.FileError](e)
 		if !ok || fe.Context == "" {
+			st.dropping = nil
 			return // the whole file failed
 		}
 		perContext[fe.Context] = true
@@ -521,12 +597,45 @@ func (st *fileState) update(cfgs []*config.NamedConfig, err error) {
 			next[name] = old
 		}
 	}
+	var dropped []string
+	for name := range st.good {
+		if _, ok := next[name]; !ok && served(name) {
+			dropped = append(dropped, name)
+		}
+	}
+	switch {
+	case len(dropped) == 0:
+		st.dropping = nil
+	case st.dropping == nil || st.dropping.seen != look || !look.stable():
+		st.dropping = &pendingDrop{seen: look, since: now}
+		fallthrough
+	case now.Sub(st.dropping.since) < settle:
+		for _, name := range dropped {
+			next[name] = st.good[name]
+		}
+	default:
+		st.dropping = nil // settled: the file means it
+	}
 	st.good = next
 
 	for _, c := range next {
 		read = append(read, c.FilesRead()...)
 	}
 	st.read = read
+}
+
+// loadDigest sums up what loading a file gave.
+func loadDigest(cfgs []*config.NamedConfig, err error) [sha256.Size]byte {
+	h := sha256.New()
+	for _, c := range cfgs {
+		fmt.Fprintf(h, "%q %s\n", c.Name, c.Fingerprint())
+	}
+	if err != nil {
+		fmt.Fprintf(h, "error %q\n", err.Error())
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }
 
 // filesRead lists, sorted, the files that the files' configs were read

@@ -945,3 +945,72 @@ func TestFileWatcherLastContextDeleted(t *testing.T) {
 	expectEvents(t, w, "Deleted a", "Deleted b")
 	expectNoError(t, w)
 }
+
+// writeInTwoParts writes data to path in place, in two parts cut where cut
+// begins, pausing in between as a slow writer does (a sync tool, a shell
+// loop, a network file system).
+func writeInTwoParts(t *testing.T, path string, data []byte, cut string, pause time.Duration) {
+	t.Helper()
+	i := strings.Index(string(data), cut)
+	if i < 0 {
+		t.Fatalf("%q not in %s", cut, data)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(data[:i]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(pause) // the writer's pause, not an assertion
+	if _, err := f.Write(data[i:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A file caught half-written often still parses, with its later contexts
+// missing. A writer that pauses for several debounce periods (but less than
+// the settle period) and then finishes takes no cluster away; a file that
+// keeps reading without them, for the settle period, does.
+func TestFileWatcherHalfWrittenFileKeepsClusters(t *testing.T) {
+	leakcheck.Cleanup(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "fleet.yaml")
+	full := kubeconfig(t, ctxSpec{"a", server(1), "t"}, ctxSpec{"b", server(2), "t"}, ctxSpec{"c", server(3), "t"})
+	writeFile(t, path, full)
+	w := start(t, dir)
+	expectEvents(t, w, "Added a "+server(1), "Added b "+server(2), "Added c "+server(3))
+
+	writeInTwoParts(t, path, full, "- context:\n    cluster: b", 5*debounce)
+	expectQuiet(t, w)
+	expectQuiet(t, w) // past the settle period of the cut-off content
+
+	writeLikeAnEditor(t, path, kubeconfig(t, ctxSpec{"a", server(10), "t"}))
+	expectEvents(t, w, "Updated a "+server(10), "Deleted b", "Deleted c")
+}
+
+// A name belongs to the file that served it first; a slow rewrite of that
+// file, caught without the context for a moment, does not hand the name to
+// a newcomer defining it too. Once the owner's drop has settled, it does.
+func TestFileWatcherSlowRewriteKeepsName(t *testing.T) {
+	leakcheck.Cleanup(t)
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
+	full := kubeconfig(t, ctxSpec{"a0", server(1), "t"}, ctxSpec{"prod", server(2), "t"})
+	writeFile(t, a, full)
+	w := start(t, dir)
+	expectEvents(t, w, "Added a0 "+server(1), "Added prod "+server(2))
+	writeFile(t, b, kubeconfig(t, ctxSpec{"prod", server(666), "t"}))
+	expectError(t, w, b, a, `"prod"`)
+
+	writeInTwoParts(t, a, full, "- context:\n    cluster: prod", 5*debounce)
+	expectQuiet(t, w)
+	expectQuiet(t, w)
+
+	writeLikeAnEditor(t, a, kubeconfig(t, ctxSpec{"a0", server(1), "t"}))
+	expectEvents(t, w, "Updated prod "+server(666))
+}
