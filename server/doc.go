@@ -81,7 +81,11 @@
 // only when still refused ReachProbeInterval after the first refusal, or
 // on a 403 on discovery (which every authenticated user may read); the
 // member is then Failed and retried. A 403 on one kind is a missing RBAC rule: it is recorded in
-// Status, and the member's other controllers carry on.
+// Status, and the member's other controllers carry on. So is a 403 of the
+// host's on a host kind that member controllers watch (HostKind,
+// HostObject): Status.Unserved of each such member names the kind, with a
+// " (host)" suffix, until the host Manager is granted the rule; the host's
+// objects then reach the controllers, without a restart.
 //
 // With leader election on, every replica runs its members' caches and
 // the runnables that need no leader election, so reads through the fan-out
@@ -144,7 +148,10 @@
 // A member whose controllers watch a kind its API server does not serve yet
 // (a CRD not installed there) is Ready all the same: its other controllers
 // run, Status.WaitingFor names the kind, and the waiting controller starts
-// within seconds of the CRD being installed, without a restart.
+// within seconds of the CRD being installed, without a restart. So for a
+// host kind the host does not serve yet (HostKind, HostObject):
+// Status.WaitingFor names it with a " (host)" suffix
+// ("example.com/v1, Kind=Policy (host)").
 // ClusterStatus.Properties, and ClusterProperties from a reconciler's ctx,
 // give what the cluster's source says about it (a ClusterProfile's
 // properties, for example).

@@ -24,6 +24,7 @@ import (
 	"github.com/mccr-dev/mccr/internal/conntrack"
 	"github.com/mccr-dev/mccr/internal/member"
 	"github.com/mccr-dev/mccr/internal/router"
+	"github.com/mccr-dev/mccr/internal/syncinformer"
 	"github.com/mccr-dev/mccr/known"
 )
 
@@ -65,6 +66,11 @@ var (
 // Manager per member cluster, each running every registered reconciler
 // setup. See the package documentation.
 type Server struct {
+	// hostForbidden are the kinds the host's identity may not list or
+	// watch, for the host kinds of member controllers (HostKind,
+	// HostObject).
+	hostForbidden *syncinformer.Kinds
+
 	host        manager.Manager
 	releaseHost func()
 	env         env
@@ -105,12 +111,12 @@ func NewServer(cfg *rest.Config, opts ctrl.Options, options ...Option) (*Server,
 		return nil, errors.New("server: host config is nil")
 	}
 	opts = hostOptions(opts)
-	s := &Server{}
+	s := &Server{hostForbidden: syncinformer.NewKinds()}
 	lease, err := s.conns.Acquire(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	host, err := ctrl.NewManager(lease.Config, opts)
+	host, err := ctrl.NewManager(lease.Config, recordHostForbidden(opts, s.hostForbidden))
 	if err != nil {
 		lease.Release()
 		return nil, fmt.Errorf("server: creating host manager: %w", err)

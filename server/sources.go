@@ -2,7 +2,6 @@ package server
 
 import (
 	"github.com/go-logr/logr"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -83,8 +82,11 @@ func FleetKind(srv *Server, obj client.Object, h handler.EventHandler, preds ...
 // object's own kind, and the member's cache refuses an index on it (index
 // host kinds with the host Manager's IndexField). A nil srv or obj gives a
 // nil object, which the controller refuses when it starts.
+//
+// Neither a missing CRD nor a missing RBAC rule on the host holds up the
+// member (see HostKind).
 func HostObject(srv *Server, obj client.Object) client.Object {
-	return fleetsource.HostObject(hostCache(srv), obj)
+	return fleetsource.HostObject(hostOf(srv), obj)
 }
 
 // HostKind returns a source for a controller of a member: it delivers the
@@ -111,15 +113,31 @@ func HostObject(srv *Server, obj client.Object) client.Object {
 // the predicates that should filter host events here, as source.Kind
 // takes them — or use Watches(HostObject(srv, obj), h), which the
 // builder's predicates reach.
+//
+// A kind the host does not serve yet (its CRD not installed there) is
+// waited for, as a member waits for a late CRD of its own: the member is
+// Ready, its other controllers run, Status.WaitingFor names the kind with
+// a " (host)" suffix, and the controller starts within seconds of the CRD
+// being installed on the host, without a restart. A kind the host's
+// identity may not list or watch (a 403) counts as synced for the member,
+// as a member's own forbidden kind does: the member is Ready, the
+// controller runs without the host's objects, Status.Unserved names the
+// kind (with the suffix), and once the host Manager is granted the rule
+// the objects reach the controller, without a restart.
 func HostKind(srv *Server, obj client.Object, h handler.EventHandler, preds ...predicate.Predicate) source.SyncingSource {
-	return fleetsource.HostKind(hostCache(srv), obj, h, preds...)
+	return fleetsource.HostKind(hostOf(srv), obj, h, preds...)
 }
 
-// hostCache is the host Manager's cache, nil without a Server (the
-// sources refuse to start then).
-func hostCache(srv *Server) cache.Cache {
+// hostOf is the host Manager as member controllers' sources see it; its
+// cache is nil without a Server (the sources refuse to start then).
+func hostOf(srv *Server) fleetsource.Host {
 	if srv == nil {
-		return nil
+		return fleetsource.Host{Log: logr.Discard()}
 	}
-	return srv.host.GetCache()
+	return fleetsource.Host{
+		Cache:     srv.host.GetCache(),
+		Scheme:    srv.host.GetScheme(),
+		Forbidden: srv.hostForbidden,
+		Log:       srv.log.WithName("hostkind"),
+	}
 }

@@ -115,7 +115,9 @@ type ClusterStatus struct {
 	// controllers of the running member watch but its API server does not
 	// serve yet (a CRD not installed there). The member is Ready and its
 	// other controllers run; each waiting controller starts within seconds
-	// of its kind being served, without a restart.
+	// of its kind being served, without a restart. A host kind
+	// (HostKind, HostObject) the host cluster does not serve yet is listed
+	// with a " (host)" suffix: "example.com/v1, Kind=Policy (host)".
 	WaitingFor []string
 	// Unserved lists, sorted by kind, the kinds the running member does
 	// not serve and why: a cluster-scoped kind a controller watches while
@@ -123,7 +125,10 @@ type ClusterStatus struct {
 	// kinds out, the reason naming the scope and its source (an Argo CD
 	// cluster Secret, say); or a kind the member's identity may not list
 	// or watch (RBAC), until the rule is granted. The member is Ready and
-	// its other controllers run. A controller of a kind outside the scope
+	// its other controllers run. A host kind (HostKind, HostObject) the
+	// host's identity may not list or watch is listed too, with a
+	// " (host)" suffix, until the host Manager is granted the rule. A
+	// controller of a kind outside the scope
 	// starts only once a new scope allows it, which restarts the member.
 	Unserved []UnservedKind
 	// Reachable is whether the member's API server answered its last

@@ -302,13 +302,20 @@ func (c *syncNotifyingCache) wrap(ctx context.Context, i cache.Informer, err err
 
 // GetInformer returns obj's informer. Called by a runnable's warm-up
 // (a waiter in ctx) for a kind the cluster does not serve, it waits for
-// the kind (see latekind.go).
+// the kind (see latekind.go); so it does for a kind another cache serves
+// (ServedElsewhere) that cache's cluster does not serve.
 func (c *syncNotifyingCache) GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error) {
 	nb := append(slices.Clip(opts), cache.BlockUntilSynced(false))
 	if e, ok := obj.(ServedElsewhere); ok {
-		i, err := e.InformerElsewhere(ctx, nb...)
+		get := func() (cache.Informer, error) { return e.InformerElsewhere(ctx, nb...) }
+		i, err := get()
+		if w := waiterFrom(ctx); w != nil && meta.IsNoMatchError(err) {
+			i, err = awaitElsewhere(ctx, c.lifetime, w, c.waiting, c.log, e.KindElsewhere(), get, err)
+		}
 		if err == nil {
-			i = &borrowedInformer{Informer: i, lifetime: c.lifetime}
+			forbidden, desc := e.ForbiddenElsewhere()
+			ReportForbiddenElsewhere(ctx, forbidden, desc, e.KindElsewhere(), ForbiddenElsewhereReason)
+			i = &borrowedInformer{Informer: i, lifetime: c.lifetime, forbidden: forbidden, desc: desc}
 		}
 		return c.wrap(ctx, i, err, blocking(opts))
 	}

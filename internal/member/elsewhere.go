@@ -5,9 +5,14 @@ import (
 	"errors"
 	"time"
 
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
+
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/mccr-dev/mccr/internal/syncinformer"
 )
 
 // ServedElsewhere is an object standing for a kind that another cache
@@ -23,6 +28,52 @@ type ServedElsewhere interface {
 	client.Object
 	// InformerElsewhere returns the other cache's informer of the kind.
 	InformerElsewhere(ctx context.Context, opts ...cache.InformerGetOption) (cache.Informer, error)
+	// KindElsewhere names the kind as WaitingKinds lists it while the
+	// other cache does not serve it ("example.com/v1, Kind=Policy (host)").
+	KindElsewhere() string
+	// ForbiddenElsewhere returns the other cache's set of kinds its
+	// identity may not list or watch, and the kind's key in it (nil: none
+	// known). While the set has the kind, its informer counts as synced
+	// for the member's waits, and UnservedKinds lists it.
+	ForbiddenElsewhere() (forbidden *syncinformer.Kinds, desc string)
+}
+
+// ForbiddenElsewhereReason is the reason UnservedKinds gives for a kind
+// the host serves and the host's identity may not list or watch.
+const ForbiddenElsewhereReason = "the host cluster's identity may not list or watch it (a missing RBAC rule of the host Manager's); its controller runs without the host's objects, and receives them once the rule is granted"
+
+// AwaitServedElsewhere returns what get returns: an informer of kind,
+// which another cache serves. Called by a source's Start during its
+// controller's warm-up (a waiter in ctx), when get fails because that
+// cache's cluster does not serve the kind yet (a no-match error), it waits
+// for it as a member's cache waits for a kind of its own (latekind.go):
+// kind is listed in the Manager's WaitingKinds, the controller does not
+// hold up the member's sync, and get is retried until it succeeds or
+// fails otherwise, or ctx ends (then the no-match error is returned).
+// Without a waiter in ctx it returns at once.
+func AwaitServedElsewhere(ctx context.Context, log logr.Logger, kind string, get func() (cache.Informer, error)) (cache.Informer, error) {
+	i, err := get()
+	w := waiterFrom(ctx)
+	if w == nil || !meta.IsNoMatchError(err) {
+		return i, err
+	}
+	return awaitElsewhere(ctx, ctx, w, w.waiting, log, kind, get, err)
+}
+
+func awaitElsewhere(ctx, lifetime context.Context, w *waiter, waiting *kindSet, log logr.Logger, kind string, get func() (cache.Informer, error), err error) (cache.Informer, error) {
+	log = log.WithValues("kind", kind)
+	log.Info("kind not served by the host cluster (is its CRD installed there?); its controller waits for it while the others run")
+	return awaitServed(ctx, lifetime, w, waiting, log, kind, nil, get, err)
+}
+
+// ReportForbiddenElsewhere makes the Manager whose runnable warms up with
+// ctx (a waiter in it; otherwise it does nothing) list kind in
+// UnservedKinds, with reason, while forbidden (another cache's kinds its
+// identity may not list or watch) has desc, until ctx ends.
+func ReportForbiddenElsewhere(ctx context.Context, forbidden *syncinformer.Kinds, desc, kind, reason string) {
+	if w := waiterFrom(ctx); w != nil {
+		w.unserved.watchElsewhere(ctx, forbidden, desc, kind, reason)
+	}
 }
 
 // ErrIndexElsewhere refuses an index on a kind another cache serves: the
@@ -32,16 +83,55 @@ var ErrIndexElsewhere = errors.New("the kind is served by the host's cache: inde
 
 // borrowedInformer is another cache's informer lent to a member until the
 // member's lifetime ends.
+// While forbidden has desc (the lender's identity may not list the
+// kind), the informer and its handler registrations count as synced, as
+// a member's own forbidden kinds do (syncinformer.Kinds).
 type borrowedInformer struct {
 	cache.Informer
-	lifetime context.Context
+	lifetime  context.Context
+	forbidden *syncinformer.Kinds
+	desc      string
+}
+
+// HasSyncedChecker is done once the informer has synced, or while the
+// kind is forbidden; a real sync takes the kind out of forbidden.
+func (i *borrowedInformer) HasSyncedChecker() toolscache.DoneChecker {
+	return syncinformer.Follow(i.Informer.HasSyncedChecker(), i.forbidden, i.desc, i.lifetime.Done(), true)
+}
+
+func (i *borrowedInformer) HasSynced() bool {
+	return i.Informer.HasSynced() || i.forbidden.Has(i.desc)
+}
+
+// borrowedRegistration is a handler registration on a borrowed informer.
+type borrowedRegistration struct {
+	toolscache.ResourceEventHandlerRegistration
+	informer *borrowedInformer
+}
+
+func (r *borrowedRegistration) HasSyncedChecker() toolscache.DoneChecker {
+	i := r.informer
+	return syncinformer.Follow(r.ResourceEventHandlerRegistration.HasSyncedChecker(), i.forbidden, i.desc, i.lifetime.Done(), false)
+}
+
+func (r *borrowedRegistration) HasSynced() bool {
+	return r.ResourceEventHandlerRegistration.HasSynced() || r.informer.forbidden.Has(r.informer.desc)
+}
+
+// RemoveEventHandler unwraps what AddEventHandler returned.
+func (i *borrowedInformer) RemoveEventHandler(r toolscache.ResourceEventHandlerRegistration) error {
+	if br, ok := r.(*borrowedRegistration); ok {
+		r = br.ResourceEventHandlerRegistration
+	}
+	return i.Informer.RemoveEventHandler(r)
 }
 
 func (i *borrowedInformer) returned(r toolscache.ResourceEventHandlerRegistration, err error) (toolscache.ResourceEventHandlerRegistration, error) {
-	if err == nil {
-		context.AfterFunc(i.lifetime, func() { _ = i.RemoveEventHandler(r) })
+	if err != nil {
+		return r, err
 	}
-	return r, err
+	context.AfterFunc(i.lifetime, func() { _ = i.Informer.RemoveEventHandler(r) })
+	return &borrowedRegistration{ResourceEventHandlerRegistration: r, informer: i}, nil
 }
 
 func (i *borrowedInformer) AddEventHandler(h toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -56,6 +57,11 @@ type waiterKey struct{}
 // waiter tells the Manager whether one of a runnable's sources waits for
 // its kind to be served.
 type waiter struct {
+	// waiting and unserved are the reports of the runnable's Manager
+	// (nil: none), for the sources of kinds another cache serves.
+	waiting  *kindSet
+	unserved *unservedKinds
+
 	mu      sync.Mutex
 	n       int           // sources waiting
 	changed chan struct{} // closed and replaced when n becomes or stops being zero
@@ -152,15 +158,33 @@ func (s *kindSet) list() []string {
 // gvk and get succeeds, and returns what get returned then; or returns
 // err once ctx or the member's lifetime ends.
 func (c *syncNotifyingCache) awaitKind(ctx context.Context, w *waiter, gvk schema.GroupVersionKind, get func() (cache.Informer, error), err error) (cache.Informer, error) {
-	kind := gvk.String()
-	c.waiting.add(kind, 1)
+	// Ask the mapper first: a GetInformer that misses holds the informer
+	// map's lock (which every read takes) for the discovery request. Any
+	// error of the mapper's (discovery failing for a while) is one more
+	// reason to wait.
+	mapped := func() bool {
+		if c.mapper == nil {
+			return true
+		}
+		_, merr := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		return merr == nil
+	}
+	log := c.log.WithValues("kind", gvk.String())
+	log.Info("kind not served by the cluster (is its CRD installed?); its controller waits for it while the others run")
+	return awaitServed(ctx, c.lifetime, w, c.waiting, log, gvk.String(), mapped, get, err)
+}
+
+// awaitServed waits, with w marked as waiting and kind listed in waiting,
+// until mapped (nil: always) and get succeed or fail otherwise than with
+// a no-match error, and returns what get returned then; or returns err
+// once ctx or lifetime ends.
+func awaitServed(ctx, lifetime context.Context, w *waiter, waiting *kindSet, log logr.Logger, kind string, mapped func() bool, get func() (cache.Informer, error), err error) (cache.Informer, error) {
+	waiting.add(kind, 1)
 	w.add(1)
 	defer func() {
 		w.add(-1)
-		c.waiting.add(kind, -1)
+		waiting.add(kind, -1)
 	}()
-	log := c.log.WithValues("kind", kind)
-	log.Info("kind not served by the cluster (is its CRD installed?); its controller waits for it while the others run")
 	begin := time.Now()
 	t := time.NewTimer(kindPollFirst)
 	defer t.Stop()
@@ -168,24 +192,15 @@ func (c *syncNotifyingCache) awaitKind(ctx context.Context, w *waiter, gvk schem
 		select {
 		case <-ctx.Done():
 			return nil, err
-		case <-c.lifetime.Done():
+		case <-lifetime.Done():
 			return nil, err
 		case <-t.C:
 		}
-		// Ask the mapper first: a GetInformer that misses holds the
-		// informer map's lock (which every read takes) for the discovery
-		// request. Any error of the mapper's (discovery failing for a
-		// while) is one more reason to wait.
-		mapped := true
-		if c.mapper != nil {
-			_, merr := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-			mapped = merr == nil
-		}
-		if mapped {
+		if mapped == nil || mapped() {
 			i, gerr := get()
 			if !meta.IsNoMatchError(gerr) {
 				if gerr == nil {
-					log.Info("kind served by the cluster now; its controller starts", "waited", time.Since(begin).Round(time.Millisecond))
+					log.Info("kind served now; its controller starts", "waited", time.Since(begin).Round(time.Millisecond))
 				}
 				return i, gerr
 			}

@@ -379,6 +379,7 @@ func (m *Manager) trackLocked(r manager.Runnable) *warmup {
 		return nil
 	}
 	wu := &warmup{synced: make(chan struct{}), waiter: newWaiter()}
+	wu.waiter.waiting, wu.waiter.unserved = m.waiting, m.unserved
 	m.warmups = append(m.warmups, wu)
 	return wu
 }

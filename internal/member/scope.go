@@ -78,6 +78,10 @@ type unservedKinds struct {
 	// outside are the kinds refused for the scope. A member runs one scope
 	// for its whole life, so a kind refused once stays refused.
 	outside map[string]struct{}
+	// elsewhere are the kinds another cache serves (the host's) that the
+	// member's controllers watch, by the description their forbidden set
+	// keys them with (see watchElsewhere).
+	elsewhere map[string]elsewhereKind
 	// names maps a reflector's description of a typed kind ("*v1.Secret")
 	// to its group, version and kind, as learned from GetInformer.
 	names map[string]string
@@ -130,6 +134,37 @@ func (u *unservedKinds) name(desc, gvk string) {
 	}
 }
 
+// elsewhereKind is a kind another cache serves, as the member reports it
+// while forbidden (another cache's set of kinds its identity may not
+// list) has it.
+type elsewhereKind struct {
+	forbidden    *syncinformer.Kinds
+	kind, reason string
+}
+
+// watchElsewhere makes the report show kind, with reason, while
+// forbidden has desc, until ctx ends.
+func (u *unservedKinds) watchElsewhere(ctx context.Context, forbidden *syncinformer.Kinds, desc, kind, reason string) {
+	if u == nil || forbidden == nil {
+		return
+	}
+	u.mu.Lock()
+	if _, ok := u.elsewhere[desc]; ok {
+		u.mu.Unlock()
+		return
+	}
+	if u.elsewhere == nil {
+		u.elsewhere = map[string]elsewhereKind{}
+	}
+	u.elsewhere[desc] = elsewhereKind{forbidden: forbidden, kind: kind, reason: reason}
+	u.mu.Unlock()
+	stop := forbidden.Notify(u.hook.changed)
+	context.AfterFunc(ctx, stop)
+	if forbidden.Has(desc) {
+		u.hook.changed()
+	}
+}
+
 // list returns the report, sorted by kind; nil when empty.
 func (u *unservedKinds) list() []UnservedKind {
 	if u == nil {
@@ -155,7 +190,15 @@ func (u *unservedKinds) list() []UnservedKind {
 			out = append(out, UnservedKind{Kind: kind, Reason: forbiddenReason})
 		}
 	}
+	elsewhere := make(map[string]elsewhereKind, len(u.elsewhere))
+	maps.Copy(elsewhere, u.elsewhere)
 	u.mu.Unlock()
+	// Asked with u.mu released: it is a leaf.
+	for desc, e := range elsewhere {
+		if e.forbidden.Has(desc) {
+			out = append(out, UnservedKind{Kind: e.kind, Reason: e.reason})
+		}
+	}
 	if len(out) == 0 {
 		return nil
 	}

@@ -68,8 +68,19 @@ type informer struct {
 // sync of d also takes the kind out of the forbidden set (its rule was
 // granted). The goroutine ends with the first two.
 func (i *informer) follow(d toolscache.DoneChecker, owner bool) toolscache.DoneChecker {
+	return Follow(d, i.forbidden, i.kind, i.ends, owner)
+}
+
+// Follow returns a DoneChecker that is done when d is, when ends closes,
+// or while kind is in forbidden. With owner set, a real sync of d also
+// takes kind out of forbidden (its rule was granted), at once if d has
+// synced already. Its goroutine ends with d or ends.
+func Follow(d toolscache.DoneChecker, forbidden *Kinds, kind string, ends <-chan struct{}, owner bool) toolscache.DoneChecker {
 	select {
 	case <-d.Done():
+		if owner {
+			forbidden.Allow(kind)
+		}
 		return d
 	default:
 	}
@@ -79,17 +90,17 @@ func (i *informer) follow(d toolscache.DoneChecker, owner bool) toolscache.DoneC
 		finish := func() { once.Do(func() { close(e.done) }) }
 		defer finish()
 		for {
-			changed := i.forbidden.Changes()
-			if i.forbidden.Has(i.kind) {
+			changed := forbidden.Changes()
+			if forbidden.Has(kind) {
 				finish()
 			}
 			select {
 			case <-d.Done():
 				if owner {
-					i.forbidden.Allow(i.kind)
+					forbidden.Allow(kind)
 				}
 				return
-			case <-i.ends:
+			case <-ends:
 				return
 			case <-changed:
 			}

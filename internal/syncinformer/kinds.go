@@ -21,6 +21,8 @@ type Kinds struct {
 	set      map[string]struct{}
 	changed  chan struct{} // closed and replaced on every change
 	onChange func()        // called after every change, unlocked
+	// notify are called after every change too, unlocked (Notify).
+	notify map[*func()]struct{}
 }
 
 // NewKinds returns an empty set.
@@ -90,8 +92,37 @@ func (f *Kinds) update(kind string, forbidden bool) {
 	close(f.changed)
 	f.changed = make(chan struct{})
 	fn := f.onChange
+	fns := make([]func(), 0, len(f.notify))
+	for n := range f.notify {
+		fns = append(fns, *n)
+	}
 	f.mu.Unlock()
 	if fn != nil {
 		fn()
+	}
+	for _, n := range fns {
+		n()
+	}
+}
+
+// Notify makes fn called after every change of the set, as OnChange's
+// function is, until stop is called; any number of them may be set. For a
+// set that several owners report (the host's forbidden kinds, which every
+// member watching one of them shows).
+func (f *Kinds) Notify(fn func()) (stop func()) {
+	if f == nil || fn == nil {
+		return func() {}
+	}
+	key := &fn
+	f.mu.Lock()
+	if f.notify == nil {
+		f.notify = map[*func()]struct{}{}
+	}
+	f.notify[key] = struct{}{}
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		delete(f.notify, key)
+		f.mu.Unlock()
 	}
 }
