@@ -125,7 +125,7 @@ func isSedTemp(name string) bool {
 		return false
 	}
 	for _, r := range rest {
-		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9') {
+		if (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') {
 			return false
 		}
 	}

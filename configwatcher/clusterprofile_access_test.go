@@ -93,12 +93,22 @@ func TestProfileArgsShapes(t *testing.T) {
 	for i := range many {
 		many[i] = "--x"
 	}
-	tooMany, _ := json.Marshal(map[string]any{"args": many})
-	exact, _ := json.Marshal(map[string]any{"args": many[:maxProfileArgs]})
+	type argsExt struct {
+		Args []string `json:"args"`
+	}
+	marshal := func(v argsExt) []byte {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	tooMany := marshal(argsExt{many})
+	exact := marshal(argsExt{many[:maxProfileArgs]})
 	if args, err := exec(string(exact)); err != nil || len(args) != 1+maxProfileArgs {
 		t.Errorf("%d arguments: %d taken, error %v; want all", maxProfileArgs, len(args), err)
 	}
-	long, _ := json.Marshal(map[string]any{"args": []string{"--ok", "--secret=" + strings.Repeat("s", maxProfileArgLen)}})
+	long := marshal(argsExt{[]string{"--ok", "--secret=" + strings.Repeat("s", maxProfileArgLen)}})
 	for _, c := range []struct{ raw, says string }{
 		{`{"args":["--ok",42]}`, "argument 1 is not a string"},
 		{`{"args":["--ok",null]}`, "argument 1 is not a string"},

@@ -110,7 +110,7 @@ func TestFeedTellsInOrderAndNeverBlocks(t *testing.T) {
 // member's latest state, once.
 func TestFeedKeepsTheLatestStateForAStuckSubscriber(t *testing.T) {
 	var f Feed
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	stuck, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -189,7 +189,7 @@ func TestFeedLeavesMembersElsewhereOutAtStart(t *testing.T) {
 	var f Feed
 	f.Publish(Member{Name: "here", Phase: "Ready"})
 	f.Publish(Member{Name: "away", Phase: "Elsewhere", Away: true})
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	names := make(chan string, 10)
 	f.Subscribe(ctx, func(m Member) { names <- m.Name }, nil)
