@@ -1,18 +1,12 @@
 package configwatcher
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"maps"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -22,7 +16,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +25,7 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/mccr-dev/mccr/config"
+	"github.com/mccr-dev/mccr/internal/testcert"
 )
 
 // argoCDSecretData is an Argo CD cluster Secret's data with config as its
@@ -457,7 +451,7 @@ func TestArgoCDNoConfig(t *testing.T) {
 // are kept.
 func TestArgoCDAnnotationsCarryNoCredentials(t *testing.T) {
 	const token, password = "s3cr3t-t0ken-value", "hunter2-password"
-	certPEM, keyPEM := clientCertificate(t)
+	certPEM, keyPEM := testcert.SelfSigned(t)
 	for _, tc := range []struct {
 		what   string
 		config map[string]any
@@ -511,27 +505,4 @@ func TestArgoCDAnnotationsCarryNoCredentials(t *testing.T) {
 			}
 		})
 	}
-}
-
-// clientCertificate is a self-signed client certificate and its key, PEM.
-func clientCertificate(t *testing.T) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "client"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
 }
