@@ -2,8 +2,12 @@ package server
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -34,4 +38,46 @@ func recordHostForbidden(opts ctrl.Options, forbidden *syncinformer.Kinds) ctrl.
 		next(ctx, r, err)
 	}
 	return opts
+}
+
+// hostMisses is the host's REST mapper as member controllers waiting for
+// a host kind ask it (fleetsource.Host.Mapper): a kind it does not map is
+// asked about again, for all of them, at most once a second, since each
+// miss of the host's mapper may be a discovery request to the host.
+type hostMisses struct {
+	meta.RESTMapper
+
+	mu     sync.Mutex
+	missed map[schema.GroupVersionKind]hostMiss
+}
+
+type hostMiss struct {
+	at  time.Time
+	err error
+}
+
+// hostMissRetry is how long a miss is the answer for every member asking.
+const hostMissRetry = time.Second
+
+func (m *hostMisses) RESTMapping(gk schema.GroupKind, versions ...string) (*meta.RESTMapping, error) {
+	if len(versions) != 1 {
+		return m.RESTMapper.RESTMapping(gk, versions...)
+	}
+	gvk := gk.WithVersion(versions[0])
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if miss, ok := m.missed[gvk]; ok && time.Since(miss.at) < hostMissRetry {
+		return nil, miss.err
+	}
+	mapping, err := m.RESTMapper.RESTMapping(gk, versions...)
+	switch {
+	case err == nil:
+		delete(m.missed, gvk)
+	default:
+		if m.missed == nil {
+			m.missed = map[schema.GroupVersionKind]hostMiss{}
+		}
+		m.missed[gvk] = hostMiss{at: time.Now(), err: err}
+	}
+	return mapping, err
 }

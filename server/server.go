@@ -70,6 +70,9 @@ type Server struct {
 	// watch, for the host kinds of member controllers (HostKind,
 	// HostObject).
 	hostForbidden *syncinformer.Kinds
+	// hostMisses is the host's REST mapper as member controllers waiting
+	// for a host kind the host does not serve ask it.
+	hostMisses *hostMisses
 
 	host        manager.Manager
 	releaseHost func()
@@ -121,6 +124,7 @@ func NewServer(cfg *rest.Config, opts ctrl.Options, options ...Option) (*Server,
 		lease.Release()
 		return nil, fmt.Errorf("server: creating host manager: %w", err)
 	}
+	s.hostMisses = &hostMisses{RESTMapper: host.GetRESTMapper()}
 	var o Options
 	for _, f := range options {
 		f(&o)

@@ -138,6 +138,7 @@ func hostOf(srv *Server) fleetsource.Host {
 		Cache:     srv.host.GetCache(),
 		Scheme:    srv.host.GetScheme(),
 		Forbidden: srv.hostForbidden,
+		Mapper:    srv.hostMisses,
 		Log:       srv.log.WithName("hostkind"),
 	}
 }

@@ -33,6 +33,10 @@ type Host struct {
 	// Forbidden are the kinds the host's identity may not list or watch
 	// (nil: none known), as the host's watch error handler records them.
 	Forbidden *syncinformer.Kinds
+	// Mapper is the host's REST mapper, asked whether a kind the host did
+	// not serve is served now before the host cache is (nil: the cache
+	// is asked at once). Every member waiting for the kind asks it.
+	Mapper meta.RESTMapper
 	// Log is told of the kinds a source waits for.
 	Log logr.Logger
 }
@@ -46,6 +50,20 @@ func (h Host) kindName(obj client.Object) string {
 		}
 	}
 	return syncinformer.KindOf(obj) + " (host)"
+}
+
+// mapped tells whether the host's REST mapper knows obj's kind now
+// (always, without a mapper or when the scheme cannot name the kind).
+func (h Host) mapped(obj client.Object) bool {
+	if h.Mapper == nil || h.Scheme == nil {
+		return true
+	}
+	gvk, err := apiutil.GVKForObject(obj, h.Scheme)
+	if err != nil {
+		return true
+	}
+	_, err = h.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	return err == nil
 }
 
 // noMatchRetry is how often a source started without a waiter (its
@@ -105,7 +123,7 @@ func (k *hostKind) register(ctx context.Context, q workqueue.TypedRateLimitingIn
 	var inf cache.Informer
 	for {
 		var err error
-		inf, err = membermgr.AwaitServedElsewhere(ctx, k.host.Log, kind, get)
+		inf, err = membermgr.AwaitServedElsewhere(ctx, k.host.Log, kind, func() bool { return k.host.mapped(k.obj) }, get)
 		if err == nil {
 			break
 		}
@@ -188,6 +206,9 @@ func (o *hostObject) InformerElsewhere(ctx context.Context, opts ...cache.Inform
 
 // KindElsewhere names the kind as a member reports it.
 func (o *hostObject) KindElsewhere() string { return o.host.kindName(o.Object) }
+
+// MappedElsewhere tells whether the host's REST mapper knows the kind.
+func (o *hostObject) MappedElsewhere() bool { return o.host.mapped(o.Object) }
 
 // ForbiddenElsewhere returns the host's forbidden kinds and the kind's key.
 func (o *hostObject) ForbiddenElsewhere() (*syncinformer.Kinds, string) {

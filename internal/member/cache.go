@@ -310,7 +310,7 @@ func (c *syncNotifyingCache) GetInformer(ctx context.Context, obj client.Object,
 		get := func() (cache.Informer, error) { return e.InformerElsewhere(ctx, nb...) }
 		i, err := get()
 		if w := waiterFrom(ctx); w != nil && meta.IsNoMatchError(err) {
-			i, err = awaitElsewhere(ctx, c.lifetime, w, c.waiting, c.log, e.KindElsewhere(), get, err)
+			i, err = awaitElsewhere(ctx, c.lifetime, w, c.waiting, c.log, e.KindElsewhere(), e.MappedElsewhere, get, err)
 		}
 		if err == nil {
 			forbidden, desc := e.ForbiddenElsewhere()

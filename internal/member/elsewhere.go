@@ -3,6 +3,7 @@ package member
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -31,6 +32,11 @@ type ServedElsewhere interface {
 	// KindElsewhere names the kind as WaitingKinds lists it while the
 	// other cache does not serve it ("example.com/v1, Kind=Policy (host)").
 	KindElsewhere() string
+	// MappedElsewhere tells whether the other cluster's REST mapper knows
+	// the kind now: asked before each InformerElsewhere of a wait, since a
+	// GetInformer that misses holds the other cache's informer map (which
+	// its every read takes) through a discovery request.
+	MappedElsewhere() bool
 	// ForbiddenElsewhere returns the other cache's set of kinds its
 	// identity may not list or watch, and the kind's key in it (nil: none
 	// known). While the set has the kind, its informer counts as synced
@@ -51,19 +57,22 @@ const ForbiddenElsewhereReason = "the host cluster's identity may not list or wa
 // hold up the member's sync, and get is retried until it succeeds or
 // fails otherwise, or ctx ends (then the no-match error is returned).
 // Without a waiter in ctx it returns at once.
-func AwaitServedElsewhere(ctx context.Context, log logr.Logger, kind string, get func() (cache.Informer, error)) (cache.Informer, error) {
+//
+// Each retry of get waits until mapped (nil: always) says the other
+// cluster's REST mapper knows the kind (see ServedElsewhere).
+func AwaitServedElsewhere(ctx context.Context, log logr.Logger, kind string, mapped func() bool, get func() (cache.Informer, error)) (cache.Informer, error) {
 	i, err := get()
 	w := waiterFrom(ctx)
 	if w == nil || !meta.IsNoMatchError(err) {
 		return i, err
 	}
-	return awaitElsewhere(ctx, ctx, w, w.waiting, log, kind, get, err)
+	return awaitElsewhere(ctx, ctx, w, w.waiting, log, kind, mapped, get, err)
 }
 
-func awaitElsewhere(ctx, lifetime context.Context, w *waiter, waiting *kindSet, log logr.Logger, kind string, get func() (cache.Informer, error), err error) (cache.Informer, error) {
+func awaitElsewhere(ctx, lifetime context.Context, w *waiter, waiting *kindSet, log logr.Logger, kind string, mapped func() bool, get func() (cache.Informer, error), err error) (cache.Informer, error) {
 	log = log.WithValues("kind", kind)
 	log.Info("kind not served by the host cluster (is its CRD installed there?); its controller waits for it while the others run")
-	return awaitServed(ctx, lifetime, w, waiting, log, kind, nil, get, err)
+	return awaitServed(ctx, lifetime, w, waiting, log, kind, mapped, get, err)
 }
 
 // ReportForbiddenElsewhere makes the Manager whose runnable warms up with
@@ -91,12 +100,20 @@ type borrowedInformer struct {
 	lifetime  context.Context
 	forbidden *syncinformer.Kinds
 	desc      string
+
+	syncedOnce sync.Once
+	synced     toolscache.DoneChecker
 }
 
 // HasSyncedChecker is done once the informer has synced, or while the
-// kind is forbidden; a real sync takes the kind out of forbidden.
+// kind is forbidden; a real sync takes the kind out of forbidden. One
+// checker (and at most one goroutine following it) per informer lent,
+// however often it is asked.
 func (i *borrowedInformer) HasSyncedChecker() toolscache.DoneChecker {
-	return syncinformer.Follow(i.Informer.HasSyncedChecker(), i.forbidden, i.desc, i.lifetime.Done(), true)
+	i.syncedOnce.Do(func() {
+		i.synced = syncinformer.Follow(i.Informer.HasSyncedChecker(), i.forbidden, i.desc, i.lifetime.Done(), true)
+	})
+	return i.synced
 }
 
 func (i *borrowedInformer) HasSynced() bool {
@@ -107,11 +124,19 @@ func (i *borrowedInformer) HasSynced() bool {
 type borrowedRegistration struct {
 	toolscache.ResourceEventHandlerRegistration
 	informer *borrowedInformer
+
+	syncedOnce sync.Once
+	synced     toolscache.DoneChecker
 }
 
+// HasSyncedChecker is done once the handler has been fed the informer's
+// objects, or while the kind is forbidden; one per registration.
 func (r *borrowedRegistration) HasSyncedChecker() toolscache.DoneChecker {
-	i := r.informer
-	return syncinformer.Follow(r.ResourceEventHandlerRegistration.HasSyncedChecker(), i.forbidden, i.desc, i.lifetime.Done(), false)
+	r.syncedOnce.Do(func() {
+		i := r.informer
+		r.synced = syncinformer.Follow(r.ResourceEventHandlerRegistration.HasSyncedChecker(), i.forbidden, i.desc, i.lifetime.Done(), false)
+	})
+	return r.synced
 }
 
 func (r *borrowedRegistration) HasSynced() bool {

@@ -3,12 +3,15 @@ package member
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/mccr-dev/mccr/internal/syncinformer"
 )
 
 // countingInformer counts the handlers registered on it.
@@ -98,5 +101,41 @@ func TestBorrowedInformerReturnsHandlers(t *testing.T) {
 			t.Fatal("a handler added after the member's lifetime ended stayed")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// neverSynced is an informer (and a registration) whose sync never comes,
+// as a host informer whose kind the host may not list.
+type neverSynced struct {
+	cache.Informer
+	toolscache.ResourceEventHandlerRegistration
+	done chan struct{}
+}
+
+func (n *neverSynced) Name() string                             { return "never" }
+func (n *neverSynced) Done() <-chan struct{}                    { return n.done }
+func (n *neverSynced) HasSyncedChecker() toolscache.DoneChecker { return n }
+func (n *neverSynced) HasSynced() bool                          { return false }
+func (n *neverSynced) AddIndexers(toolscache.Indexers) error    { return nil }
+
+// TestBorrowedInformerFollowsItsSyncOnce: however often a member's waits
+// ask a lent informer or its handler registration for their sync checker
+// (as controller-runtime's do, while a host kind stays unsynced), each has
+// one, followed by at most one goroutine until the member's lifetime ends.
+func TestBorrowedInformerFollowsItsSyncOnce(t *testing.T) {
+	lifetime, end := context.WithCancel(t.Context())
+	defer end()
+	never := &neverSynced{done: make(chan struct{})}
+	i := &borrowedInformer{Informer: never, lifetime: lifetime, forbidden: syncinformer.NewKinds(), desc: "/v1, Kind=Secret"}
+	r := &borrowedRegistration{ResourceEventHandlerRegistration: never, informer: i}
+	before := runtime.NumGoroutine()
+	first, firstReg := i.HasSyncedChecker(), r.HasSyncedChecker()
+	for range 100 {
+		if i.HasSyncedChecker() != first || r.HasSyncedChecker() != firstReg {
+			t.Fatal("a sync checker asked again is a new one")
+		}
+	}
+	if grown := runtime.NumGoroutine() - before; grown > 2 {
+		t.Errorf("asking 101 times for the sync checkers of one informer and one registration started %d goroutines; want at most 2", grown)
 	}
 }
