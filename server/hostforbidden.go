@@ -21,12 +21,17 @@ import (
 // controllers (HostKind, HostObject) read the set: such a kind does not
 // hold up the member's sync, and the member's Status.Unserved names it.
 // The host's own controllers wait for the kind as controller-runtime's do.
+//
+// A kind leaves the set once its reflector lists or watches again (the
+// rule was granted): whether it had synced before the rule went missing,
+// and whether or not any member watches it then.
 func recordHostForbidden(opts ctrl.Options, forbidden *syncinformer.Kinds) ctrl.Options {
 	next := opts.Cache.DefaultWatchErrorHandler
 	if next == nil {
 		next = toolscache.DefaultWatchErrorHandler
 	}
 	log := opts.Logger.WithName("mccr")
+	var following sync.Map // kind → struct{}: a goroutine waits for its recovery
 	opts.Cache.DefaultWatchErrorHandler = func(ctx context.Context, r *toolscache.Reflector, err error) {
 		if apierrors.IsForbidden(err) {
 			kind := r.TypeDescription()
@@ -34,10 +39,41 @@ func recordHostForbidden(opts ctrl.Options, forbidden *syncinformer.Kinds) ctrl.
 				log.Info("the host cluster's identity may not list or watch a kind: member controllers watching it run without it until the RBAC rule is granted", "kind", kind, "error", err.Error())
 			}
 			forbidden.Forbid(kind)
+			if _, loaded := following.LoadOrStore(kind, struct{}{}); !loaded {
+				go func() {
+					defer following.Delete(kind)
+					if recovered(ctx, r, r.LastSyncResourceVersion()) {
+						forbidden.Allow(kind)
+						log.Info("the host cluster's identity may list and watch a kind again", "kind", kind)
+					}
+				}()
+			}
 		}
 		next(ctx, r, err)
 	}
 	return opts
+}
+
+// hostRecoveryPoll is how often a reflector refused a kind is looked at
+// for a list or watch that worked since.
+const hostRecoveryPoll = time.Second
+
+// recovered waits until r has listed or watched since it last stood at
+// version (its last sync's resource version changes), and says so; false
+// if ctx ends first.
+func recovered(ctx context.Context, r *toolscache.Reflector, version string) bool {
+	t := time.NewTicker(hostRecoveryPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			if r.LastSyncResourceVersion() != version {
+				return true
+			}
+		}
+	}
 }
 
 // hostMisses is the host's REST mapper as member controllers waiting for
@@ -70,14 +106,13 @@ func (m *hostMisses) RESTMapping(gk schema.GroupKind, versions ...string) (*meta
 		return nil, miss.err
 	}
 	mapping, err := m.RESTMapper.RESTMapping(gk, versions...)
-	switch {
-	case err == nil:
+	if err == nil {
 		delete(m.missed, gvk)
-	default:
-		if m.missed == nil {
-			m.missed = map[schema.GroupVersionKind]hostMiss{}
-		}
-		m.missed[gvk] = hostMiss{at: time.Now(), err: err}
+		return mapping, nil
 	}
+	if m.missed == nil {
+		m.missed = map[schema.GroupVersionKind]hostMiss{}
+	}
+	m.missed[gvk] = hostMiss{at: time.Now(), err: err}
 	return mapping, err
 }

@@ -149,9 +149,9 @@ func (k *hostKind) register(ctx context.Context, q workqueue.TypedRateLimitingIn
 		return
 	}
 	context.AfterFunc(ctx, func() { _ = inf.RemoveEventHandler(reg) })
-	// A real sync of the informer takes the kind out of the host's
-	// forbidden set; while the kind is in it, the source counts as synced.
-	syncinformer.Follow(inf.HasSyncedChecker(), k.host.Forbidden, desc, ctx.Done(), true)
+	// While the kind is in the host's forbidden set (the host's watch
+	// error handler keeps it, until the host's reflector lists again), the
+	// source counts as synced.
 	k.synced = syncinformer.Follow(reg.HasSyncedChecker(), k.host.Forbidden, desc, ctx.Done(), false)
 }
 

@@ -106,12 +106,13 @@ type borrowedInformer struct {
 }
 
 // HasSyncedChecker is done once the informer has synced, or while the
-// kind is forbidden; a real sync takes the kind out of forbidden. One
-// checker (and at most one goroutine following it) per informer lent,
-// however often it is asked.
+// kind is forbidden (its lender takes it out of forbidden when its
+// reflector lists again; an informer that synced before says nothing of
+// now). One checker (and at most one goroutine following it) per informer
+// lent, however often it is asked.
 func (i *borrowedInformer) HasSyncedChecker() toolscache.DoneChecker {
 	i.syncedOnce.Do(func() {
-		i.synced = syncinformer.Follow(i.Informer.HasSyncedChecker(), i.forbidden, i.desc, i.lifetime.Done(), true)
+		i.synced = syncinformer.Follow(i.Informer.HasSyncedChecker(), i.forbidden, i.desc, i.lifetime.Done(), false)
 	})
 	return i.synced
 }
