@@ -10,6 +10,7 @@ import (
 
 	"github.com/mccr-dev/mccr/configwatcher"
 	"github.com/mccr-dev/mccr/internal/leakcheck"
+	"github.com/mccr-dev/mccr/internal/testcert"
 )
 
 // Files a kubeconfig refers to and that mccr reads itself (by default: they
@@ -123,7 +124,8 @@ func TestFileWatcherReferencedTokenNextToSymlinkedFile(t *testing.T) {
 func TestFileWatcherReferencedCAInSubdirectoryRotated(t *testing.T) {
 	leakcheck.Cleanup(t)
 	dir := t.TempDir()
-	ca1, ca2 := selfSignedPEM(t), selfSignedPEM(t)
+	ca1, _ := testcert.SelfSigned(t)
+	ca2, _ := testcert.SelfSigned(t)
 	writeFile(t, filepath.Join(dir, "pki", "east", "ca.crt"), ca1)
 	writeFile(t, filepath.Join(dir, "east.yaml"), caFileKubeconfig("pki/east/ca.crt"))
 	w := start(t, dir)
@@ -139,7 +141,8 @@ func TestFileWatcherReferencedCAInSubdirectoryRotated(t *testing.T) {
 func TestFileWatcherReferencedFilesInSecretVolumeSwap(t *testing.T) {
 	leakcheck.Cleanup(t)
 	dir := t.TempDir()
-	ca1, ca2 := selfSignedPEM(t), selfSignedPEM(t)
+	ca1, _ := testcert.SelfSigned(t)
+	ca2, _ := testcert.SelfSigned(t)
 	vol := newSecretVolume(t, filepath.Join(dir, "secret"), map[string][]byte{"ca.crt": ca1, "token": []byte("token-one")})
 	writeFile(t, filepath.Join(dir, "config"), []byte(strings.Replace(string(caFileKubeconfig("secret/ca.crt")),
 		"user: {token: t}", "user: {tokenFile: secret/token}", 1)))

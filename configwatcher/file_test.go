@@ -1,16 +1,9 @@
 package configwatcher_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/big"
 	mathrand "math/rand/v2"
 	"os"
 	"path/filepath"
@@ -26,6 +19,7 @@ import (
 	"github.com/mccr-dev/mccr/config"
 	"github.com/mccr-dev/mccr/configwatcher"
 	"github.com/mccr-dev/mccr/internal/leakcheck"
+	"github.com/mccr-dev/mccr/internal/testcert"
 )
 
 const (
@@ -335,28 +329,6 @@ func TestFileWatcherFileSymlinkedElsewhere(t *testing.T) {
 	expectEvents(t, w, "Updated x "+server(2))
 }
 
-func selfSignedPEM(t testing.TB) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "mccr-test-ca"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-}
-
 // secretVolume mimics how the kubelet maintains a Secret or ConfigMap
 // volume: files in a timestamped hidden directory, "..data" pointing at it,
 // and a top-level symlink per key through "..data".
@@ -417,7 +389,7 @@ func (s *secretVolume) update(t *testing.T, files map[string][]byte) {
 
 func TestFileWatcherSecretVolume(t *testing.T) {
 	leakcheck.Cleanup(t)
-	caPEM := selfSignedPEM(t)
+	caPEM, _ := testcert.SelfSigned(t)
 	files := func(bServer int) map[string][]byte {
 		cfg := kubeconfig(t, ctxSpec{"a", server(1), "t"}, ctxSpec{"b", server(bServer), "t"})
 		// A CA next to the kubeconfig, referenced relatively: it must not be
