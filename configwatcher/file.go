@@ -196,7 +196,8 @@ func newFileOptions(opts []FileOption) (FileOptions, error) {
 // once. What this cannot catch: a writer that pauses for longer, and a cut
 // that parses into changed values of the contexts it keeps. Write
 // kubeconfigs atomically (a temporary file renamed over the original), as
-// the kubelet's Secret and ConfigMap volumes, kubectl and most editors do.
+// the kubelet's Secret and ConfigMap volumes do; kubectl rewrites its file
+// in place with a single write, which the debounce covers.
 //
 // Each problem is reported once, when it appears; it is
 // reported again if it goes away and comes back.
