@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -84,11 +83,13 @@ func (g *writeLosingGateway) config() *rest.Config {
 // fan-out client's Create returns ErrOutcomeUnknown (the write may have
 // been applied: read before retrying), and the API server got the create
 // once: neither client-go nor mccr sent it again, which for a
-// generateName create would have made a second object.
+// generateName create would have made a second object. The create goes to
+// a namespace the server's caches do not see, so that the reconciler's own
+// writes (its "-ack" ConfigMaps) neither pass the gateway's trap nor count.
 func TestWriteLostBehindAGatewayIsSentOnce(t *testing.T) {
-	ns := testNamespace(t)
+	ns, lostNS := testNamespace(t), testNamespace(t)
 	r := startServer(t, ns, nil)
-	gw := newWriteLosingGateway(t, fleet.Cluster("m1").Config, ns)
+	gw := newWriteLosingGateway(t, fleet.Cluster("m1").Config, lostNS)
 	if err := r.srv.Add(config.NewNamedConfig("gated", gw.config())); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestWriteLostBehindAGatewayIsSentOnce(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(known.WithCluster(t.Context(), "gated"), 30*time.Second)
 	defer cancel()
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "lost-"}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: lostNS, GenerateName: "lost-"}}
 	err := r.srv.GetClient().Create(ctx, cm)
 	if !errors.Is(err, server.ErrOutcomeUnknown) {
 		t.Errorf("Create answered 503 by the gateway after it was applied: %v; want ErrOutcomeUnknown", err)
@@ -105,12 +106,12 @@ func TestWriteLostBehindAGatewayIsSentOnce(t *testing.T) {
 		t.Errorf("the create reached the API server %d times; want once", n)
 	}
 	var list corev1.ConfigMapList
-	if err := adminClient(t, "m1").List(t.Context(), &list, crclient.InNamespace(ns)); err != nil {
+	if err := adminClient(t, "m1").List(t.Context(), &list, crclient.InNamespace(lostNS)); err != nil {
 		t.Fatal(err)
 	}
 	made := 0
 	for _, item := range list.Items {
-		if strings.HasPrefix(item.Name, "lost-") {
+		if item.GenerateName == "lost-" {
 			made++
 		}
 	}
