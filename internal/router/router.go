@@ -187,9 +187,6 @@ func (t *Table) Set(name string, c crclient.Client, ready bool) {
 			next.ready = ready
 			return &next
 		}
-		if old != nil && old.cancel != nil {
-			old.cancel()
-		}
 		r := &route{client: c, ready: ready}
 		if c != nil {
 			r.ctx, r.cancel = context.WithCancel(context.Background())
@@ -208,21 +205,13 @@ func (t *Table) SetElsewhere(name, owner string) {
 		if old != nil && old.elsewhere && old.owner == owner {
 			return old
 		}
-		if old != nil && old.cancel != nil {
-			old.cancel()
-		}
 		return &route{elsewhere: true, owner: owner}
 	})
 }
 
 // Remove forgets name.
 func (t *Table) Remove(name string) {
-	t.update(name, func(old *route) *route {
-		if old != nil && old.cancel != nil {
-			old.cancel()
-		}
-		return nil
-	})
+	t.update(name, func(*route) *route { return nil })
 }
 
 // SetUnreachable records that the Ready cluster name's API server cannot
@@ -255,7 +244,11 @@ func (t *Table) SetUnreachable(name string, err error) {
 
 // update replaces name's route with what change makes of it (old is nil
 // for an unknown name; returning old changes nothing, nil removes the
-// name) and publishes a new snapshot.
+// name) and publishes a new snapshot. A route the change does not carry
+// on (a new client, elsewhere, removed) ends its Member context once the
+// snapshot without it is published: a call woken by its end that looks
+// the name up again sees what replaced it (gone, not Ready, a new route),
+// never the route that just ended.
 func (t *Table) update(name string, change func(old *route) *route) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -291,6 +284,9 @@ func (t *Table) update(name string, change func(old *route) *route) {
 		sl.Store(next)
 	}
 	t.cur.Store(snap)
+	if old != nil && old.cancel != nil && (next == nil || next.ctx != old.ctx) {
+		old.cancel()
+	}
 }
 
 // listsOf builds the lists in the order of the names, from each name's

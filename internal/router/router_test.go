@@ -190,3 +190,55 @@ func TestReachableEndsWhenMarkedUnreachable(t *testing.T) {
 		t.Errorf("Route of an unknown name = %+v, %v", m, err)
 	}
 }
+
+// TestRouteEndsOnceReplaced: a call woken by its route's end that looks
+// the name up again sees what replaced the route (gone, not Ready,
+// elsewhere, a new client), never the route that just ended: the fan-out
+// client picks ErrClusterNotFound or ErrClusterNotReady for a write cut
+// off by Delete or Update by looking the name up at that instant.
+func TestRouteEndsOnceReplaced(t *testing.T) {
+	c, next := fake.NewClientBuilder().Build(), fake.NewClientBuilder().Build()
+	ends := []struct {
+		name string
+		end  func(*Table)
+		want func(client.Member, error) bool
+	}{
+		{"removed", func(tab *Table) { tab.Remove("m") }, func(_ client.Member, err error) bool {
+			return errors.Is(err, client.ErrClusterNotFound)
+		}},
+		{"not ready", func(tab *Table) { tab.Set("m", nil, false) }, func(_ client.Member, err error) bool {
+			return errors.Is(err, client.ErrClusterNotReady)
+		}},
+		{"elsewhere", func(tab *Table) { tab.SetElsewhere("m", "replica-2") }, func(_ client.Member, err error) bool {
+			return errors.Is(err, client.ErrClusterElsewhere)
+		}},
+		{"new client", func(tab *Table) { tab.Set("m", next, true) }, func(m client.Member, err error) bool {
+			return err == nil && m.Client == next && m.Context.Err() == nil
+		}},
+	}
+	for _, e := range ends {
+		t.Run(e.name, func(t *testing.T) {
+			stale := 0
+			for range 300 {
+				var tab Table
+				tab.Set("m", c, true)
+				m, err := tab.Route("m")
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen := make(chan bool)
+				go func() {
+					<-m.Context.Done()
+					seen <- e.want(tab.Route("m"))
+				}()
+				e.end(&tab)
+				if !<-seen {
+					stale++
+				}
+			}
+			if stale > 0 {
+				t.Errorf("%d of 300 lookups woken by the route's end saw the ended route", stale)
+			}
+		})
+	}
+}
