@@ -223,9 +223,10 @@
 // cluster added, deleted or restarted is seen by the next call. A
 // fleet-wide List that runs while a cluster changes does not panic or
 // hang: a cluster deleted meanwhile is left out of the answer, as if the
-// List had started after the Delete; a cluster restarted meanwhile (an
-// Update, a delete and re-add) is asked again, once, through its new
-// Manager, or reported as not Ready if that is not Ready yet. A List
+// List had started after the Delete (so one named with known.WithClusters
+// is reported, as then, with ErrClusterNotFound); a cluster restarted
+// meanwhile (an Update, a delete and re-add) is asked again, once, through
+// its new Manager, or reported as not Ready if that is not Ready yet. A List
 // waiting on a cluster's cache (the first List of a kind starts its
 // informer and waits for it to sync) stops waiting when the cluster leaves.
 //

@@ -43,7 +43,9 @@ var (
 	// errRouteEnded is the cause given to a cluster's List when the
 	// cluster leaves the fleet (or restarts) while the List waits for it.
 	errRouteEnded = errors.New("cluster left the fleet or restarted during the call")
-	// errLeftFleet marks a cluster deleted during the List: not a failure.
+	// errLeftFleet marks a cluster deleted during the List: not a failure
+	// of a List over the whole fleet (one over clusters named with
+	// known.WithClusters reports it as not found).
 	errLeftFleet = errors.New("cluster left the fleet")
 )
 
@@ -56,7 +58,7 @@ func (c *Client) listFleet(ctx context.Context, list crclient.ObjectList, opts [
 		return err
 	}
 
-	targets := c.targets(ctx)
+	targets, subset := c.targets(ctx)
 	var failed map[string]error
 	fail := func(name string, err error) {
 		if failed == nil {
@@ -127,8 +129,14 @@ func (c *Client) listFleet(ctx context.Context, list crclient.ObjectList, opts [
 			continue
 		}
 		lists[j] = nil
-		if !errors.Is(err, errLeftFleet) {
-			fail(targets[live[j]].Name, err)
+		name := targets[live[j]].Name
+		switch {
+		case !errors.Is(err, errLeftFleet):
+			fail(name, err)
+		case subset:
+			// Named by the caller: as a List started after the Delete
+			// reports it.
+			fail(name, c.absent(name).Err)
 		}
 	}
 	if err := mergeInto(list, lists); err != nil {
@@ -257,15 +265,15 @@ func routeContext(ctx, route context.Context) (context.Context, func()) {
 }
 
 // targets resolves which clusters a fleet-wide List reads, sorted by name:
-// the whole fleet, or the clusters named with known.WithClusters (a name
-// that is not among this replica's members becomes a target that fails as
-// a call aimed at it does: ErrClusterNotFound, or an *ElsewhereError for a
-// cluster another replica runs).
-func (c *Client) targets(ctx context.Context) []Member {
+// the whole fleet, or the clusters named with known.WithClusters (subset;
+// a name that is not among this replica's members becomes a target that
+// fails as a call aimed at it does: ErrClusterNotFound, or an
+// *ElsewhereError for a cluster another replica runs).
+func (c *Client) targets(ctx context.Context) (targets []Member, subset bool) {
 	all := c.fleet.Members()
 	names, subset := known.ClustersFrom(ctx)
 	if !subset {
-		return all
+		return all, false
 	}
 	names = slices.Compact(slices.Sorted(slices.Values(names)))
 	out := make([]Member, 0, len(names))
@@ -277,7 +285,7 @@ func (c *Client) targets(ctx context.Context) []Member {
 		}
 		out = append(out, all[i])
 	}
-	return out
+	return out, true
 }
 
 // absent returns the target of a fleet-wide List for a name that is not

@@ -337,3 +337,56 @@ func TestFleetListWaitingOnAClusterMarkedUnreachable(t *testing.T) {
 		t.Fatal("the fleet-wide List still waits on a member whose route ended")
 	}
 }
+
+// TestFleetListOverNamedClustersReportsOneDeletedMeanwhile: a fleet-wide
+// List over clusters named with known.WithClusters reports one deleted
+// while the List waits on it as a List started after the Delete does, with
+// ErrClusterNotFound, instead of leaving it out as if it had no items; a
+// List over the whole fleet leaves it out.
+func TestFleetListOverNamedClustersReportsOneDeletedMeanwhile(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		ctx      context.Context
+		reported bool
+	}{
+		{"named", known.WithClusters(context.Background(), "gone", "up"), true},
+		{"whole fleet", context.Background(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var table router.Table
+			entered := make(chan string, 1)
+			table.Set("gone", hanging(entered), true)
+			table.Set("up", fake.NewClientBuilder().WithObjects(configMap("ns", "x", nil)).Build(), true)
+			c := mcclient.New(&table, mcclient.Options{Scheme: scheme.Scheme})
+
+			var partial mcclient.Partial
+			var list corev1.ConfigMapList
+			listed := make(chan error, 1)
+			go func() { listed <- c.List(tc.ctx, &list, &partial) }()
+			select {
+			case <-entered:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the List did not reach the member")
+			}
+			table.Remove("gone")
+			select {
+			case err := <-listed:
+				if err != nil {
+					t.Fatalf("List with Partial = %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the fleet-wide List still waits on a deleted member")
+			}
+			if len(list.Items) != 1 || list.Items[0].Annotations[known.ClusterAnnotation] != "up" {
+				t.Errorf("items = %v, want up's", list.Items)
+			}
+			gone, failed := partial.Failed["gone"]
+			switch {
+			case tc.reported && (!errors.Is(gone, mcclient.ErrClusterNotFound) || len(partial.Failed) != 1):
+				t.Errorf("Partial.Failed = %v, want gone not found", partial.Failed)
+			case !tc.reported && failed:
+				t.Errorf("Partial.Failed = %v, want none", partial.Failed)
+			}
+		})
+	}
+}
