@@ -91,7 +91,7 @@ func (c *Client) listFleet(ctx context.Context, list crclient.ObjectList, opts [
 	}
 	errs := make([]error, len(live))
 	listOne := func(j int) {
-		errs[j] = c.listMember(ctx, targets[live[j]], lists[j], fwd)
+		errs[j] = c.listMember(ctx, targets[live[j]], lists[j], ownRaw(fwd))
 	}
 	// The caller works through the clusters itself, helped by one
 	// goroutine per other cluster taking the next one not yet taken. Cached
@@ -191,6 +191,32 @@ func fleetListOptions(opts []crclient.ListOption) (*Partial, []crclient.ListOpti
 		})
 	}
 	return partial, fwd, nil
+}
+
+// ownRaw returns opts, with every *client.ListOptions that carries Raw
+// replaced by a copy with a Raw of its own. controller-runtime writes a
+// List's selectors into the Raw it is given (ListOptions.AsListOptions,
+// for each List that reaches the API server): the clusters of a
+// fleet-wide List are listed concurrently, and must not share one, nor
+// write into the caller's.
+func ownRaw(opts []crclient.ListOption) []crclient.ListOption {
+	var out []crclient.ListOption
+	for i, o := range opts {
+		lo, ok := o.(*crclient.ListOptions)
+		if !ok || lo.Raw == nil {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(opts)
+		}
+		own, raw := *lo, *lo.Raw
+		own.Raw = &raw
+		out[i] = &own
+	}
+	if out == nil {
+		return opts
+	}
+	return out
 }
 
 // listMember lists cluster m of a fleet-wide List into list and marks the

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -224,6 +225,31 @@ func TestFleetWideList(t *testing.T) {
 		}
 		if u.GetKind() != "ConfigMapList" {
 			t.Errorf("kind = %q", u.GetKind())
+		}
+	})
+
+	t.Run("ListOptions with Raw", func(t *testing.T) {
+		// controller-runtime writes the selectors of a List that reaches
+		// the API server into the Raw of the ListOptions given: the
+		// clusters are listed concurrently, and must not share it (the race
+		// detector tells); the caller's options are left as they were.
+		var u unstructured.UnstructuredList
+		u.SetAPIVersion("v1")
+		u.SetKind("ConfigMapList")
+		sel, err := labels.Parse("!mccr-test-absent")
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw := &metav1.ListOptions{}
+		opts := &crclient.ListOptions{Namespace: ns, LabelSelector: sel, Raw: raw}
+		if err := c.List(bg, &u, opts); err != nil {
+			t.Fatal(err)
+		}
+		if got := origins(t, &u); !sameSet(got, fleetItems) {
+			t.Errorf("fleet List with Raw = %v", got)
+		}
+		if opts.Raw != raw || *raw != (metav1.ListOptions{}) {
+			t.Errorf("the caller's ListOptions were changed: Raw %p (%+v), was %p", opts.Raw, *opts.Raw, raw)
 		}
 	})
 
