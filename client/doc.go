@@ -132,7 +132,9 @@
 // names...). The clusters are listed concurrently, each from its own
 // cache, and the list gets the union of their items, cluster by cluster in
 // name order. List options (namespace, label and field selectors) apply
-// in every cluster.
+// in every cluster. A cluster's List that panics (in a client of your own
+// under the member's) makes the List panic on its caller's goroutine, as
+// a List of one cluster would, once every cluster's List has returned.
 //
 // Each returned item carries the annotation known.ClusterAnnotation
 // ("mccr.dev/cluster") naming the cluster it came from, so that code can

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -104,9 +105,22 @@ func (c *Client) listFleet(ctx context.Context, list crclient.ObjectList, opts [
 		listOne(0)
 	default:
 		var next atomic.Int32
+		// A member's List that panics makes the List panic, once every
+		// cluster's has returned, on the caller's goroutine, as a List
+		// of one cluster would: a reconciler's panic is recovered by
+		// controller-runtime, where one on a helper goroutine would end
+		// the process.
+		var panicked atomic.Pointer[memberPanic]
 		work := func() {
 			for j := int(next.Add(1)) - 1; j < len(live); j = int(next.Add(1)) - 1 {
-				listOne(j)
+				func() {
+					defer func() {
+						if v := recover(); v != nil {
+							panicked.CompareAndSwap(nil, &memberPanic{cluster: targets[live[j]].Name, value: v, stack: debug.Stack()})
+						}
+					}()
+					listOne(j)
+				}()
 			}
 		}
 		var wg sync.WaitGroup
@@ -115,6 +129,9 @@ func (c *Client) listFleet(ctx context.Context, list crclient.ObjectList, opts [
 		}
 		work()
 		wg.Wait()
+		if p := panicked.Load(); p != nil {
+			panic(p)
+		}
 	}
 
 	if len(live) == 0 || errs[0] != nil {
@@ -191,6 +208,24 @@ func fleetListOptions(opts []crclient.ListOption) (*Partial, []crclient.ListOpti
 		})
 	}
 	return partial, fwd, nil
+}
+
+// memberPanic is the panic of one cluster's List in a fleet-wide List,
+// carried to the caller's goroutine.
+type memberPanic struct {
+	cluster string
+	value   any
+	stack   []byte
+}
+
+func (p *memberPanic) Error() string {
+	return fmt.Sprintf("fleet-wide List: the List of cluster %q panicked: %v\n%s", p.cluster, p.value, p.stack)
+}
+
+// Unwrap lets errors.Is and errors.As see a panic value that is an error.
+func (p *memberPanic) Unwrap() error {
+	err, _ := p.value.(error)
+	return err
 }
 
 // ownRaw returns opts, with every *client.ListOptions that carries Raw

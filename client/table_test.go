@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -388,5 +389,41 @@ func TestFleetListOverNamedClustersReportsOneDeletedMeanwhile(t *testing.T) {
 				t.Errorf("Partial.Failed = %v, want none", partial.Failed)
 			}
 		})
+	}
+}
+
+// TestFleetListPanicReachesTheCaller: a member's List that panics during a
+// fleet-wide List makes the List panic on the caller's goroutine, once
+// every cluster's List has returned, as a List of one cluster does (and
+// controller-runtime recovers a reconciler's panic), instead of ending the
+// process from a goroutine of the List.
+func TestFleetListPanicReachesTheCaller(t *testing.T) {
+	var table router.Table
+	boom := errors.New("boom")
+	var returned atomic.Int64
+	panicking := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+		List: func(context.Context, crclient.WithWatch, crclient.ObjectList, ...crclient.ListOption) error {
+			defer returned.Add(1)
+			panic(boom)
+		},
+	}).Build()
+	names := []string{"a", "b", "c", "d"}
+	for _, n := range names {
+		table.Set(n, panicking, true)
+	}
+	c := mcclient.New(&table, mcclient.Options{Scheme: scheme.Scheme})
+	var got any
+	func() {
+		defer func() { got = recover() }()
+		var list corev1.ConfigMapList
+		err := c.List(context.Background(), &list)
+		t.Errorf("List returned %v instead of panicking", err)
+	}()
+	err, ok := got.(error)
+	if !ok || !errors.Is(err, boom) || !strings.Contains(err.Error(), "panicked: boom") {
+		t.Errorf("List panicked with %v, want the member's panic", got)
+	}
+	if n := returned.Load(); n != int64(len(names)) {
+		t.Errorf("List panicked with %d of %d clusters' Lists returned", n, len(names))
 	}
 }
