@@ -88,7 +88,8 @@ type Options struct {
 	// Fairness). A kubeconfig loaded with client-go would otherwise keep
 	// its 5 QPS, burst 10. A MemberQPS of zero or less is no limit; a
 	// MemberBurst of zero with a positive MemberQPS is client-go's burst
-	// (10). A config that sets its Burst alone keeps it.
+	// (10); a negative one is refused. A config that sets its Burst alone
+	// keeps it.
 	MemberQPS   float32
 	MemberBurst int
 
@@ -202,6 +203,10 @@ func (o *Options) validate() error {
 	}
 	if j := o.Backoff.Jitter; j < 0 || math.IsNaN(j) {
 		return fmt.Errorf("Options.Backoff.Jitter %v: want 0 or more", j)
+	}
+	if b := o.MemberBurst; b < 0 {
+		// client-go would build a token bucket that refuses every request.
+		return fmt.Errorf("Options.MemberBurst %d: want 0 (client-go's burst) or more", b)
 	}
 	return nil
 }

@@ -96,3 +96,21 @@ func TestBackoffDefaultsAndBounds(t *testing.T) {
 		t.Errorf("a constant backoff refused: %v", err)
 	}
 }
+
+// TestNegativeMemberBurstRefused: a negative MemberBurst would give every
+// member with a positive MemberQPS a token bucket that refuses each of its
+// requests (client-go does not mend it); the Server refuses it instead.
+func TestNegativeMemberBurstRefused(t *testing.T) {
+	for _, qps := range []float32{0, 10} {
+		o := Options{MemberQPS: qps, MemberBurst: -1}
+		o.defaults(nil)
+		if err := o.validate(); err == nil {
+			t.Errorf("MemberQPS %v with MemberBurst -1 accepted", qps)
+		}
+	}
+	o := Options{MemberQPS: 10}
+	o.defaults(nil)
+	if err := o.validate(); err != nil {
+		t.Errorf("MemberBurst 0 (client-go's burst) refused: %v", err)
+	}
+}
