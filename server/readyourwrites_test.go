@@ -310,3 +310,61 @@ func TestReadYourWritesForbiddenKind(t *testing.T) {
 		t.Fatalf("Get of a Secret the member may not list: %v, want Forbidden", err)
 	}
 }
+
+// TestReadYourWritesOutsideTheScope: with read-your-writes on, a cached
+// read outside a member's scope (config.Scope: Argo CD's "namespaces")
+// fails at once with ErrOutOfScope, as it does without, also right after
+// a write there, which the member's identity may make: it does not wait
+// for a resource version that the member's caches, which leave that
+// namespace out, never see.
+func TestReadYourWritesOutsideTheScope(t *testing.T) {
+	ns := testNamespace(t)
+	outside := ns + "-out"
+	fleet.CreateNamespace(t, outside)
+	srv, err := server.NewServer(fleet.Cluster("host").Config, ctrl.Options{
+		Logger:                 test.Logger(t),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Client:                 client.Options{Cache: &client.CacheOptions{EnableReadYourWritesConsistency: ptr.To(true)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	test.Run(t, srv)
+	scope, err := config.NewScope([]string{ns}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := config.NewNamedConfig("m1", fleet.Cluster("m1").Config)
+	nc.Scope = scope
+	if err := srv.Add(nc); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, srv, "m1")
+	c := srv.GetClient()
+	ctx, cancel := context.WithTimeout(known.WithCluster(context.Background(), "m1"), 20*time.Second)
+	defer cancel()
+	// The kind's informer runs (in ns) and has seen every write so far.
+	in := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "in-scope", Namespace: ns}}
+	if err := c.Create(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(in), &corev1.ConfigMap{}); err != nil {
+		t.Fatalf("Get in the scope after Create: %v", err)
+	}
+
+	out := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "out-of-scope", Namespace: outside}}
+	if err := c.Create(ctx, out); err != nil {
+		t.Fatal(err)
+	}
+	begin := time.Now()
+	err = c.Get(ctx, client.ObjectKeyFromObject(out), &corev1.ConfigMap{})
+	if took := time.Since(begin); !errors.Is(err, server.ErrOutOfScope) || took > 5*time.Second {
+		t.Errorf("Get outside the scope after Create = %v after %s, want ErrOutOfScope at once", err, took.Round(time.Millisecond))
+	}
+	begin = time.Now()
+	err = c.List(ctx, &corev1.ConfigMapList{}, client.InNamespace(outside))
+	if took := time.Since(begin); !errors.Is(err, server.ErrOutOfScope) || took > 5*time.Second {
+		t.Errorf("List outside the scope after Create = %v after %s, want ErrOutOfScope at once", err, took.Round(time.Millisecond))
+	}
+}

@@ -63,8 +63,8 @@ type consistentReads struct {
 	client.Client
 	lifetime context.Context
 	// cache, when it is the member's own, refuses reads of a kind the
-	// member may not list before they wait for a resource version that
-	// kind's informer will never see.
+	// member may not list, and reads outside its scope, before they wait
+	// for a resource version that kind's informer will never see.
 	cache *syncNotifyingCache
 }
 
@@ -73,6 +73,11 @@ type consistentReads struct {
 func (c *consistentReads) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	if err := c.readable(obj); err != nil {
 		return err
+	}
+	if s := c.scoped(); s != nil {
+		if err := s.outside(obj, key.Namespace); err != nil {
+			return err
+		}
 	}
 	return c.bounded(ctx, func(ctx context.Context) error { return c.Client.Get(ctx, key, obj, opts...) })
 }
@@ -83,7 +88,28 @@ func (c *consistentReads) List(ctx context.Context, list client.ObjectList, opts
 	if err := c.readable(list); err != nil {
 		return err
 	}
+	if s := c.scoped(); s != nil {
+		var lo client.ListOptions
+		lo.ApplyOptions(opts)
+		if err := s.outside(list, lo.Namespace); err != nil {
+			return err
+		}
+	}
 	return c.bounded(ctx, func(ctx context.Context) error { return c.Client.List(ctx, list, opts...) })
+}
+
+// scoped returns the member's cache when a scope (config.Scope) keeps it
+// to some namespaces, nil otherwise. A read outside the scope fails there
+// with ErrOutOfScope, and must do so before it waits for this client's
+// writes: one made outside the scope (the member's identity may write
+// there) has a resource version that the cache's informers, which leave
+// that namespace out, never see.
+func (c *consistentReads) scoped() *scopedReads {
+	if c.cache == nil {
+		return nil
+	}
+	s, _ := c.cache.Cache.(*scopedReads)
+	return s
 }
 
 func (c *consistentReads) readable(obj any) error {
