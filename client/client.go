@@ -66,7 +66,7 @@ type Options struct {
 	Scheme *runtime.Scheme
 	// RESTMapper answers RESTMapper and IsObjectNamespaced. Required; mccr
 	// passes the host cluster's mapper. For a kind it has no match for,
-	// the Ready members' mappers are asked in name order, and the first
+	// the running members' mappers are asked in name order, and the first
 	// that has one answers (a kind installed in the members alone).
 	RESTMapper meta.RESTMapper
 	// WriteGrace is how long a write already sent when its cluster's

@@ -76,7 +76,13 @@
 // close, so the cluster's Delete or restart waits for them that long at
 // most. Only if no answer comes by then does the write return
 // ErrOutcomeUnknown. A write not sent yet when the cluster goes away ends
-// at once. A write sent
+// at once. Whether a write was sent is learned from net/http (its request
+// headers written, as net/http/httptrace reports them): a member whose
+// rest.Config.Transport is not built on net/http's transport reports none
+// of its writes as sent, so each one cut by its cluster's end returns
+// ErrClusterNotFound or ErrClusterNotReady even if it reached the API
+// server. A transport wrapping net/http's (WrapTransport, an
+// authenticating RoundTripper) keeps the report. A write sent
 // whose connection breaks, or whose own ctx ends before its answer, returns
 // ErrOutcomeUnknown too (wrapping the ctx's error, so errors.Is(err,
 // context.DeadlineExceeded) still holds). Reads have no outcome to lose:

@@ -7,16 +7,17 @@ import (
 
 // fleetMapper is the fan-out client's REST mapper: the one given in
 // Options (the host's), and for a kind or resource it has no match for,
-// the first Ready member's, in name order, that has one. A kind installed
-// in the members alone (an operator's CRD that its host no longer serves)
-// is thus mapped as a member maps it, for callers that ask with no
-// cluster to name: client.NewNamespacedClient, apiutil.IsObjectNamespaced
-// and the like. Only a no-match goes on to the members; any other answer
-// or error is the first mapper's. Members not Ready, or marked
+// the first running member's (Ready, or still syncing its caches), in
+// name order, that has one. A kind installed in the members alone (an
+// operator's CRD that its host no longer serves) is thus mapped as a
+// member maps it, for callers that ask with no cluster to name:
+// client.NewNamespacedClient, apiutil.IsObjectNamespaced and the like.
+// Only a no-match goes on to the members; any other answer or error is
+// the first mapper's. Members with no Manager running, or marked
 // unreachable, are not asked. A kind that no mapper knows asks every
-// Ready member's mapper once per call, and a member's mapper may ask its
-// API server's discovery for it (mccr's members do so at most every few
-// seconds for a group they did not know).
+// running member's mapper once per call, and a member's mapper may ask
+// its API server's discovery for it (mccr's members do so at most every
+// few seconds for a group they did not know).
 type fleetMapper struct {
 	first meta.RESTMapper
 	fleet Fleet
@@ -24,7 +25,7 @@ type fleetMapper struct {
 
 var _ meta.RESTMapper = fleetMapper{}
 
-// mapWith asks m.first, then on a no-match each Ready member's mapper in
+// mapWith asks m.first, then on a no-match each running member's mapper in
 // turn, and returns the first answer; the first mapper's no-match when
 // none has one.
 func mapWith[T any](m fleetMapper, ask func(meta.RESTMapper) (T, error)) (T, error) {
@@ -34,7 +35,7 @@ func mapWith[T any](m fleetMapper, ask func(meta.RESTMapper) (T, error)) (T, err
 	}
 	for _, member := range m.fleet.Members() {
 		if member.Client == nil || member.Err != nil {
-			continue // not Ready, or unreachable: its discovery could hang
+			continue // no running Manager, or unreachable: its discovery could hang
 		}
 		mapper := member.Client.RESTMapper()
 		if mapper == nil {
