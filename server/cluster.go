@@ -28,8 +28,9 @@ import (
 //  3. registry.mu (the Server's lock), the router's lock, the fleet
 //     feed's lock and memberOrder.viewMu (where a record publishes its
 //     status for Statuses): leaves. Nothing is called while one of them is
-//     held. memberOrder.mu, Statuses' own, is taken by no record; it is held
-//     while looking records up in the registry.
+//     held. memberOrder.mu, Statuses' own, is held while looking records
+//     up in the registry; no record waits for it (one may take it with
+//     TryLock under viewMu, to catch up with the records marked stale).
 //
 // No user code (reconciler setups, IndexField, discovery, anything that may
 // touch the network) runs under any of them: generations run setups in

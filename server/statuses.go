@@ -24,7 +24,8 @@ import (
 // call copies its status then, if the list it serves has the name.
 //
 // Locks: mu is Statuses' own, held while it looks records up in the
-// registry (no record waits for it). viewMu is a leaf, which records take
+// registry (no record waits for it: markLocked only tries it, under
+// viewMu, and then takes nothing else). viewMu is a leaf, which records take
 // as they publish, under their own lock; it is held for no longer than a
 // copy of the view.
 type memberOrder struct {
@@ -81,7 +82,20 @@ func (o *memberOrder) markLocked(c *cluster) {
 		c.stale = true
 		o.stale = append(o.stale, c)
 	}
+	// A program that never asks for Statuses would keep every record ever
+	// marked, deleted members' included, for a call that never comes: once
+	// many are marked, they are caught up with here, as the next call
+	// would, unless a call is under way (its view being built, when only
+	// the call may catch up) — it catches up itself.
+	if len(o.stale) >= staleCatchUp && o.mu.TryLock() {
+		o.catchUpLocked()
+		o.mu.Unlock()
+	}
 }
+
+// staleCatchUp is how many records may be marked stale before markLocked
+// catches up with them (a variable for tests).
+var staleCatchUp = 1024
 
 // setLocked makes p the status of slot i.
 func (o *memberOrder) setLocked(i int, p *published) {

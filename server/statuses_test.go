@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"weak"
 
 	"k8s.io/client-go/rest"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
@@ -887,4 +888,48 @@ func TestStatusesRacePooledBuffers(t *testing.T) {
 			t.Fatalf("status %d is %q after the readers, want %q", i, st.Name, want)
 		}
 	}
+}
+
+// TestDeletedRecordsAreLetGo: a program that never asks for Statuses (no
+// fleet page, no readiness check reading it) holds no record of the
+// members it deleted beyond a bounded few: the records marked for the
+// next call to catch up with are caught up with once many are marked.
+// And Statuses stays exact when that happens on the way, among calls,
+// builds of its view and changes of the fleet.
+func TestDeletedRecordsAreLetGo(t *testing.T) {
+	srv := unstartedServer(t)
+	const churned = 5000
+	records := make([]weak.Pointer[cluster], 0, churned)
+	for i := range churned {
+		name := fmt.Sprintf("churned-%05d", i)
+		if err := srv.Add(config.NewNamedConfig(name, &rest.Config{Host: "https://127.0.0.1:1"})); err != nil {
+			t.Fatal(err)
+		}
+		records = append(records, weak.Make(srv.clusters.get(name)))
+		if err := srv.Delete(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.GC()
+	held := 0
+	for _, r := range records {
+		if r.Value() != nil {
+			held++
+		}
+	}
+	if held > staleCatchUp {
+		t.Errorf("%d of %d deleted members' records are held with no Statuses call; want at most %d", held, churned, staleCatchUp)
+	}
+	if st := srv.Statuses(); len(st) != 0 {
+		t.Errorf("Statuses lists %d members of none", len(st))
+	}
+
+	t.Run("catching up on the way", func(t *testing.T) {
+		defer func(n int) { staleCatchUp = n }(staleCatchUp)
+		staleCatchUp = 2
+		TestStatusesAndNamesFollowTheFleet(t)
+		TestStatusesBuildWindow(t)
+		TestStatusesRace(t)
+	})
 }
