@@ -139,6 +139,14 @@ func (c *cluster) add(nc *config.NamedConfig, fp fingerprints) error {
 	}
 	if c.gen == nil {
 		c.status = ClusterStatus{Name: c.name, Phase: PhasePending, Since: time.Now()}
+	} else {
+		// Added again while the deleted config's Manager still stops: this
+		// is another member, whose failures, restarts, errors and probes
+		// are its own (its series started afresh above). The phase says
+		// the old Manager stops; the kinds are that Manager's until it has.
+		old := c.status
+		c.status = ClusterStatus{Name: c.name, Owner: old.Owner, Phase: old.Phase, Since: old.Since, WaitingFor: old.WaitingFor, Unserved: old.Unserved}
+		c.errorAt = time.Time{}
 	}
 	c.describeLocked(nc)
 	c.series.phase(c.status.Phase)
@@ -212,6 +220,10 @@ func (c *cluster) remove() (<-chan struct{}, error) {
 		return nil, err
 	}
 	c.desired, c.fp = nil, fingerprints{}
+	// Its series go at once, as it leaves Status: a Manager that takes long
+	// to stop (past StopTimeout, or a watcher's Delete, which does not wait)
+	// is no member any more, and what it reports as it ends is not news.
+	c.series.forget()
 	c.publishLocked() // gone from Status before it is told as left
 	if c.gen == nil {
 		c.retireLocked()
@@ -591,7 +603,7 @@ func (c *cluster) restarted(g *generation) {
 func (c *cluster) recordError(g *generation, err error) {
 	c.mu.Lock()
 	defer c.publishUnlock()
-	if g == c.gen {
+	if g == c.gen && (g == nil || !g.stopping()) {
 		c.status.LastError, c.errorAt = c.redactLocked(g, err), time.Now()
 	}
 }

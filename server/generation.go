@@ -408,7 +408,10 @@ func (g *generation) build(lease *conntrack.Lease, end *stopper, mon *reach.Moni
 			},
 			GracefulShutdownTimeout: o.GracefulShutdownTimeout,
 			Elected:                 g.elected,
-			Reconciled:              g.c.series.reconciled,
+			// The name's series as they are when a reconcile ends: the
+			// record's own (held) changes under its lock, which a
+			// reconcile does not take.
+			Reconciled: clusterSeries{name: name}.reconciled,
 		},
 		Cluster: func(co *crcluster.Options) {
 			co.Scheme = o.Scheme

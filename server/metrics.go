@@ -356,8 +356,11 @@ func (h *histogram) metric(d *prometheus.Desc, buckets []float64, labels ...stri
 }
 
 // clusterSeries is one cluster's metric series. Its owner (the cluster
-// record) calls it under its lock, and forget only once no generation can
-// report any more, so a deleted cluster's series never come back.
+// record) calls it under its lock. forget comes as the cluster is deleted,
+// while its Manager may still stop: what that Manager reports afterwards
+// finds no series (update) and is dropped, so a deleted cluster's series
+// never come back. A name added again meanwhile starts new series, which
+// its old Manager's last phases (Stopping, Stopped) are then about.
 type clusterSeries struct {
 	name string
 	held bool // between init and forget: the record counts as a holder
@@ -421,8 +424,9 @@ func (s clusterSeries) probed(answered bool, took time.Duration) {
 }
 
 // reconciled counts one Reconcile of a member's controller. Its generation
-// calls it without the cluster's lock: reconciles end before the
-// generation's Manager has stopped, and forget comes after that.
+// calls it without the cluster's lock: a reconcile that ends after its
+// cluster was deleted finds no series, as any late report does (but for
+// a name added again meanwhile: it counts there).
 func (s clusterSeries) reconciled(controller, result string, took time.Duration) {
 	s.update(func(m *memberSeries) {
 		c := m.controller(controller)

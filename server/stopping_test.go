@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -302,5 +303,79 @@ func TestTwoServersKeepTheirSeries(t *testing.T) {
 	}
 	if v := metricValue(t, "mccr_cluster_restarts_total", "cluster", "dup"); v != -1 {
 		t.Errorf("once neither Server has dup, mccr_cluster_restarts_total{cluster=dup} = %v; want no series", v)
+	}
+}
+
+// TestReAddWhileStoppingStartsAfresh: a member deleted while its Manager
+// takes its time to stop (a reconciler that ignores its ctx, past
+// StopTimeout) has no series left once Delete returned, and the name added
+// again meanwhile, another member, starts from nothing: no failures,
+// restarts, last error or time to ready of the deleted one, in Status or
+// in its series, before or after the old Manager has stopped.
+func TestReAddWhileStoppingStartsAfresh(t *testing.T) {
+	r := newStuckReconciler(t)
+	var failing atomic.Bool
+	failing.Store(true)
+	srv, _ := fakeServerWith(t, nil,
+		func(o *server.Options) { o.StopTimeout = time.Second },
+		func(mgr ctrl.Manager) error {
+			if failing.Load() {
+				return errors.New("not yet")
+			}
+			return r.setup(mgr)
+		})
+	if err := srv.Add(config.NewNamedConfig("again", fakeMember(t, "x").Config())); err != nil {
+		t.Fatal(err)
+	}
+	test.Eventually(t, 30*time.Second, "again failed twice", func() bool {
+		st, err := srv.Status("again")
+		return err == nil && st.Failures >= 2
+	})
+	failing.Store(false)
+	waitPhase(t, srv, "again", server.PhaseReady)
+	select {
+	case <-r.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the reconciler never ran")
+	}
+	if v := metricValue(t, "mccr_cluster_failures_total", "cluster", "again"); v < 2 {
+		t.Fatalf("mccr_cluster_failures_total{cluster=again} = %v before the Delete; want at least 2", v)
+	}
+
+	if err := srv.Delete("again"); !errors.Is(err, server.ErrStopTimeout) {
+		t.Fatalf("Delete of a member whose reconciler ignores its ctx: %v; want ErrStopTimeout", err)
+	}
+	if n := seriesOf(t, "again"); n != 0 {
+		t.Errorf("%d series of the deleted member remain while its Manager still stops", n)
+	}
+
+	fresh := func(when string) {
+		t.Helper()
+		st, err := srv.Status("again")
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		if st.Failures != 0 || st.Restarts != 0 || st.LastError != nil || st.TimeToReady != 0 && st.Phase != server.PhaseReady {
+			t.Errorf("%s: Failures %d, Restarts %d, LastError %v, TimeToReady %s (%s); want the new member's own, none of the deleted one's",
+				when, st.Failures, st.Restarts, st.LastError, st.TimeToReady, st.Phase)
+		}
+		for _, name := range []string{"mccr_cluster_failures_total", "mccr_cluster_setup_errors_total", "mccr_cluster_restarts_total"} {
+			if v := metricValue(t, name, "cluster", "again"); v > 0 {
+				t.Errorf("%s: %s{cluster=again} = %v; want the new member's own count, 0", when, name, v)
+			}
+		}
+	}
+	if err := srv.Add(config.NewNamedConfig("again", fakeMember(t).Config())); err != nil {
+		t.Fatal(err)
+	}
+	fresh("added again while the deleted member's Manager stops")
+	r.free()
+	waitPhase(t, srv, "again", server.PhaseReady)
+	fresh("Ready again")
+	if err := srv.Delete("again"); err != nil {
+		t.Fatal(err)
+	}
+	if n := seriesOf(t, "again"); n != 0 {
+		t.Errorf("%d series remain after the second Delete", n)
 	}
 }
