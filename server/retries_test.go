@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -68,13 +69,20 @@ func TestBackoffResetsAfterReadyEndedByReconnect(t *testing.T) {
 // TestAddAfterStartReturnedIsRefused: a Server does not run again once
 // its Start has returned; a cluster added then would never start (and its
 // metric series would outlive the Server's). An Update only records the
-// config (TestUpdateCountsRestartsAfresh).
+// config (TestUpdateCountsRestartsAfresh). A second Start, while the
+// first runs or once it returned, is ErrAlreadyStarted at once.
 func TestAddAfterStartReturnedIsRefused(t *testing.T) {
 	ns := testNamespace(t)
 	r := startServer(t, ns, nil)
 	addReady(t, r.srv, "m1")
+	if err := r.srv.Start(context.Background()); !errors.Is(err, server.ErrAlreadyStarted) {
+		t.Errorf("a second Start while the first runs: %v, want ErrAlreadyStarted", err)
+	}
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
+	}
+	if err := r.srv.Start(context.Background()); !errors.Is(err, server.ErrAlreadyStarted) {
+		t.Errorf("Start once the first returned: %v, want ErrAlreadyStarted", err)
 	}
 	if err := r.srv.Add(config.NewNamedConfig("late", fakeMember(t, "x").Config())); !errors.Is(err, server.ErrServerStopped) {
 		t.Errorf("Add after Start returned: %v, want ErrServerStopped", err)
