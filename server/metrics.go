@@ -458,11 +458,17 @@ func (s *clusterSeries) forget() {
 // new record's.
 func (r *registry) forgetSeries() {
 	for _, c := range r.all() {
-		c.mu.Lock()
-		if !c.dead {
-			c.series.forget()
-		}
-		c.mu.Unlock()
+		c.forgetSeries()
+	}
+}
+
+// forgetSeries drops the cluster's series, unless it retired (its name
+// may be a new record's).
+func (c *cluster) forgetSeries() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.dead {
+		c.series.forget()
 	}
 }
 

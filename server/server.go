@@ -102,6 +102,10 @@ type Server struct {
 	werrs    watchErrors
 	watchWG  sync.WaitGroup
 	runs     sync.WaitGroup // the fleet runnable
+
+	// testChecked, when set, is called by add once it found the Server
+	// runnable, before it adds the cluster.
+	testChecked func()
 }
 
 // NewServer creates a Server whose host Manager runs against cfg with the
@@ -205,6 +209,9 @@ func (s *Server) add(nc *config.NamedConfig) error {
 	if err := s.checkRunnable(nc.Name); err != nil {
 		return err
 	}
+	if s.testChecked != nil {
+		s.testChecked()
+	}
 	fp := fingerprintsOf(nc)
 	for {
 		c := s.clusters.getOrCreate(nc.Name, func() *cluster { return newCluster(nc.Name, &s.env, &s.clusters) })
@@ -214,6 +221,13 @@ func (s *Server) add(nc *config.NamedConfig) error {
 		}
 		if err != nil {
 			return err
+		}
+		if s.hasStopped() {
+			// Start returned meanwhile, and may have forgotten its members'
+			// series before this one had any: the cluster is recorded, as
+			// by an Update once Start has returned, and has no series.
+			c.forgetSeries()
+			return nil
 		}
 		if r := s.currentRun(); r != nil {
 			c.start(r)
@@ -319,13 +333,17 @@ func validate(nc *config.NamedConfig) error {
 
 // checkRunnable refuses a cluster to a Server whose Start has returned.
 func (s *Server) checkRunnable(name string) error {
-	s.mu.Lock()
-	stopped := s.stopped
-	s.mu.Unlock()
-	if stopped {
+	if s.hasStopped() {
 		return fmt.Errorf("cluster %q: %w", name, ErrServerStopped)
 	}
 	return nil
+}
+
+// hasStopped reports whether Start has returned (or is returning).
+func (s *Server) hasStopped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopped
 }
 
 func (s *Server) waitStopped(name string, stopped <-chan struct{}) error {
