@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -128,6 +129,9 @@ type replicaSpec struct {
 	wrap func(http.RoundTripper) http.RoundTripper
 	// proxy puts the host behind a test.FaultProxy of the replica's own.
 	proxy bool
+	// names are the clusters its sources give it; default all of the
+	// harness's.
+	names []string
 }
 
 // start runs replica id; wrap, if set, wraps its host transport (faults).
@@ -164,6 +168,9 @@ func (h *shardHarness) launch(spec replicaSpec) replica {
 	srv.AddReconcilerSetup(h.w.setup(spec.id))
 	srv.AddReconcilerSetup(h.rec.Setup(spec.id))
 	for i, n := range h.names {
+		if spec.names != nil && !slices.Contains(spec.names, n) {
+			continue
+		}
 		if err := srv.Add(config.NewNamedConfig(n, fleet.Cluster(members[i%len(members)]).Config)); err != nil {
 			t.Fatal(err)
 		}
@@ -933,4 +940,90 @@ func TestShardingDuplicateIdentity(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// TestShardingHandoverPastAReplicaWithoutTheCluster: replica c's cluster
+// source lacks some clusters the others have (it lags behind theirs, or a
+// rolling update changed it), so to c their Leases are those of clusters
+// that left the fleet. a runs them; then a stops gracefully, releasing
+// their Leases for b, or is cut off from the host, leaving them to b once
+// its Lease expired. b's writes of cluster Leases are slow (0.3 s). c must
+// not delete those Leases under b: b, which saw them held and finds them
+// gone, would wait out a's lease duration once more.
+func TestShardingHandoverPastAReplicaWithoutTheCluster(t *testing.T) {
+	const lease, renew, retry = 16 * time.Second, 4 * time.Second, time.Second
+	for _, how := range []string{"leave", "cut"} {
+		t.Run(how, func(t *testing.T) {
+			h := newShardHarness(t, 8)
+			// The clusters of a's, with c running too, that are b's once a
+			// is gone: c knows none of them.
+			with := shard.Assign(shard.Input{Replicas: []string{"a", "b", "c"}, Names: h.names})
+			without := shard.Assign(shard.Input{Replicas: []string{"b", "c"}, Names: h.names})
+			var moving, rest []string
+			for _, n := range h.names {
+				if with[n] == "a" && without[n] == "b" {
+					moving = append(moving, n)
+				} else {
+					rest = append(rest, n)
+				}
+			}
+			if len(moving) == 0 {
+				t.Fatalf("no cluster goes from a to b: %v, then %v", with, without)
+			}
+			var faults leaseFaults
+			var slow atomic.Bool
+			slow.Store(true)
+			slowWrites := func(next http.RoundTripper) http.RoundTripper {
+				return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+					if slow.Load() && req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/leases/") && strings.Contains(path.Base(req.URL.Path), "-c-") {
+						select {
+						case <-time.After(300 * time.Millisecond):
+						case <-req.Context().Done():
+							return nil, req.Context().Err()
+						}
+					}
+					return next.RoundTrip(req)
+				})
+			}
+			spec := replicaSpec{lease: lease, renew: renew, retry: retry}
+			a := h.launch(withID(spec, "a", faults.wrap, nil))
+			h.launch(withID(spec, "b", slowWrites, nil))
+			h.launch(withID(spec, "c", nil, rest))
+			onlyOn := func(id string) bool {
+				owners := h.w.owners()
+				for _, n := range moving {
+					if !slices.Equal(owners[n], []string{id}) {
+						return false
+					}
+				}
+				return true
+			}
+			test.Eventually(t, 60*time.Second, "a runs "+strings.Join(moving, ", "), func() bool { return onlyOn("a") })
+			from := time.Now()
+			limit := lease / 2
+			switch how {
+			case "leave":
+				if err := a.stop(); err != nil {
+					t.Fatal(err)
+				}
+			case "cut":
+				faults.mode.Store(faultCut)
+				limit = lease + lease/2
+			}
+			test.Eventually(t, 4*lease, "b runs "+strings.Join(moving, ", "), func() bool { return onlyOn("b") })
+			took := time.Since(from)
+			slow.Store(false) // b hands over at once as the test ends
+			t.Logf("figure: sharding in process: a's clusters ran on b %s after a's %s (LeaseDuration %s)", took.Round(time.Millisecond), how, lease)
+			if took > limit {
+				t.Errorf("after a's %s, its clusters ran nowhere for %s, over %s: c deleted their Leases under b", how, took.Round(time.Millisecond), limit)
+			}
+			h.noDoubles()
+		})
+	}
+}
+
+// withID is spec for replica id, with wrap and names.
+func withID(spec replicaSpec, id string, wrap func(http.RoundTripper) http.RoundTripper, names []string) replicaSpec {
+	spec.id, spec.wrap, spec.names = id, wrap, names
+	return spec
 }

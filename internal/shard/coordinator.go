@@ -502,14 +502,30 @@ func (c *Coordinator) collect(ctx context.Context, snap map[string]entry, fleet 
 			c.delete(ctx, name, e)
 			continue
 		}
-		// A holder that looks dead is confirmed so by a read first, as
-		// for a take: a view that lags (its watch failing) must not make
-		// a live replica's claim look abandoned.
-		if e.rec.holder != "" && (!e.expired(now, c.o.LeaseDuration) || c.alive(e.rec.holder, now) || c.confirmAlive(ctx, e.rec.holder)) {
+		// A replica whose fleet holds the cluster (this one's may lag
+		// behind, or run ahead of, the source) takes a released Lease, or
+		// one whose holder died, as soon as the rules let it; a Lease it
+		// saw held and then finds deleted it takes only after the
+		// duration its holder declared (unheld). So a Lease is collected
+		// only once nobody took it for that long: unchanged for the
+		// duration it declares, and its holder dead for its own too. A
+		// holder that looks dead is confirmed so by a read first, as for
+		// a take: a view that lags (its watch failing) must not make a
+		// live replica's claim look abandoned.
+		if !e.expired(now, c.o.LeaseDuration) ||
+			e.rec.holder != "" && (c.lately(e.rec.holder, now) || c.confirmAlive(ctx, e.rec.holder)) {
 			continue
 		}
 		c.delete(ctx, name, e)
 	}
+}
+
+// lately reports whether replica id may run clusters, or could within the
+// duration it declared: the replicas that take its clusters once it is
+// dead may not have yet.
+func (c *Coordinator) lately(id string, now time.Time) bool {
+	e, ok := c.replicaEntry(id)
+	return ok && now.Before(e.until(c.o.LeaseDuration).Add(e.declared(c.o.LeaseDuration)))
 }
 
 // delete deletes a Lease at the version e shows.

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -380,4 +381,59 @@ func editLiveReplicaLease(t *testing.T, tm timing, replicas []string, off int, e
 	s.store.put(cur)
 	s.run(30 * time.Second)
 	s.rec.noDoubles(t)
+}
+
+// TestHandoverPastAReplicaWithoutTheCluster: replica c's cluster source
+// does not have cluster x (it lags behind the others', or a rolling update
+// changed it). a runs x; then a stops gracefully (its release of x's Lease
+// is there for b to take), or dies (its claim is there for b to take once
+// a's Lease expired). c, which sees x's Lease as one of a cluster that left
+// its fleet, must not delete it under b: b, which saw it held and finds it
+// gone, would wait out a's lease duration once more before it runs x.
+// The replicas step in an order of their own each period.
+func TestHandoverPastAReplicaWithoutTheCluster(t *testing.T) {
+	for _, how := range []string{"leave", "crash"} {
+		for seed := range 8 {
+			t.Run(fmt.Sprintf("%s/%d", how, seed), func(t *testing.T) {
+				s := newSim(t, 12)
+				s.quiet = true
+				s.shuffle = rand.New(rand.NewPCG(uint64(seed), 7)) //nolint:gosec // a test's order
+				a := s.add("a", defaultTiming, Options{})
+				s.add("b", defaultTiming, Options{})
+				s.until(30*time.Second, "balanced", s.balanced)
+				// A cluster of a's that is b's once a is gone.
+				after := Assign(Input{Replicas: []string{"b", "c"}, Names: s.names})
+				x := ""
+				for _, n := range s.names {
+					if o := s.rec.owners()[n]; len(o) == 1 && o[0] == "a" && after[n] == "b" {
+						x = n
+						break
+					}
+				}
+				if x == "" {
+					t.Fatalf("no cluster of a's goes to b: %v", s.rec.owners())
+				}
+				rest := slices.DeleteFunc(slices.Clone(s.names), func(n string) bool { return n == x })
+				c := s.add("c", defaultTiming, Options{})
+				c.c.members = &fleetMembers{s: s, id: "c", names: rest}
+				s.run(time.Duration(seed) * 300 * time.Millisecond)
+				s.until(30*time.Second, x+" runs on a", func() bool { return slices.Equal(s.rec.owners()[x], []string{"a"}) })
+				var limit time.Duration
+				switch how {
+				case "leave":
+					a.c.startLeaving()
+					s.until(10*time.Second, x+" stops on a", func() bool { return len(s.rec.owners()[x]) == 0 })
+					limit = 2 * time.Second
+				case "crash":
+					s.crash(a)
+					limit = defaultTiming.lease + 2*time.Second
+				}
+				dark := s.until(3*defaultTiming.lease, x+" runs on b", func() bool { return slices.Equal(s.rec.owners()[x], []string{"b"}) })
+				if dark > limit {
+					t.Errorf("after a's %s, %s ran nowhere for %s, over %s: c deleted its Lease under b", how, x, dark, limit)
+				}
+				s.rec.noDoubles(t)
+			})
+		}
+	}
 }
