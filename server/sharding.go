@@ -75,7 +75,10 @@ type ShardingOptions struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 
 	// LoadFactor bounds each replica's load to ceil(LoadFactor × clusters
-	// ÷ replicas). Default 1.25.
+	// ÷ replicas). Default 1.25. Each replica writes it into its Lease:
+	// while the live replicas differ on it (a rolling update that changes
+	// it), every one bounds loads by the default, so that they still agree
+	// on where each cluster runs.
 	LoadFactor float64
 
 	// Pins runs a cluster (key) on a replica (value, an Identity) whenever

@@ -132,6 +132,8 @@ type replicaSpec struct {
 	// names are the clusters its sources give it; default all of the
 	// harness's.
 	names []string
+	// loadFactor is its ShardingOptions.LoadFactor.
+	loadFactor float64
 }
 
 // start runs replica id; wrap, if set, wraps its host transport (faults).
@@ -152,7 +154,7 @@ func (h *shardHarness) launch(spec replicaSpec) replica {
 	sh := server.ShardingOptions{
 		Identity: spec.id, Namespace: h.ns, Group: cmp.Or(spec.group, "shard-test"),
 		LeaseDuration: cmp.Or(spec.lease, 3*time.Second), RenewDeadline: cmp.Or(spec.renew, 2*time.Second),
-		RetryPeriod: cmp.Or(spec.retry, 500*time.Millisecond),
+		RetryPeriod: cmp.Or(spec.retry, 500*time.Millisecond), LoadFactor: spec.loadFactor,
 	}
 	srv, err := server.NewServer(cfg, ctrl.Options{
 		Logger:                 r.lines.logger(t).WithValues("replica", spec.id),
@@ -1026,4 +1028,27 @@ func TestShardingHandoverPastAReplicaWithoutTheCluster(t *testing.T) {
 func withID(spec replicaSpec, id string, wrap func(http.RoundTripper) http.RoundTripper, names []string) replicaSpec {
 	spec.id, spec.wrap, spec.names = id, wrap, names
 	return spec
+}
+
+// TestShardingLoadFactorsThatDiffer: during a rolling update that changes
+// ShardingOptions.LoadFactor, replica a bounds loads by 1 and b by 2. By
+// its own bound each would leave some clusters to the other, which gives
+// them back; every cluster must run, on exactly one replica.
+func TestShardingLoadFactorsThatDiffer(t *testing.T) {
+	h := newShardHarness(t, 8)
+	replicas := map[string]replica{
+		"a": h.launch(replicaSpec{id: "a", loadFactor: 1}),
+		"b": h.launch(replicaSpec{id: "b", loadFactor: 2}),
+	}
+	test.Eventually(t, 60*time.Second, "every cluster runs on exactly one of a and b, each running some", func() bool {
+		load := map[string]int{}
+		for _, rs := range h.w.owners() {
+			if len(rs) == 1 {
+				load[rs[0]]++
+			}
+		}
+		return h.owned("a", "b") && load["a"] > 0 && load["b"] > 0
+	})
+	h.settled(replicas)
+	h.noDoubles()
 }

@@ -38,6 +38,7 @@ type record struct {
 	standby     string
 	cluster     string
 	pins        string
+	loadFactor  string
 }
 
 func recordOf(l *coordinationv1.Lease) record {
@@ -50,6 +51,7 @@ func recordOf(l *coordinationv1.Lease) record {
 		standby:     l.Annotations[StandbyAnnotation],
 		cluster:     l.Annotations[ClusterAnnotation],
 		pins:        l.Annotations[PinsAnnotation],
+		loadFactor:  l.Annotations[LoadFactorAnnotation],
 	}
 	if l.Spec.RenewTime != nil {
 		r.renew = l.Spec.RenewTime.Time

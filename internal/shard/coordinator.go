@@ -274,7 +274,7 @@ func (c *Coordinator) step(ctx context.Context) {
 		records[m.Name] = m.Record
 	}
 	slices.Sort(names)
-	assigned := Assign(Input{Replicas: live, Names: names, Pins: c.pins(snap, live), LoadFactor: c.o.LoadFactor})
+	assigned := Assign(Input{Replicas: live, Names: names, Pins: c.pins(snap, live), LoadFactor: c.loadFactor(snap, live)})
 	c.budget = maxRequestsPerStep
 	concerned := c.concerned(names, snap)
 	c.renewed(concerned, records)
@@ -443,6 +443,23 @@ func (c *Coordinator) pins(snap map[string]entry, live []string) map[string]stri
 		}
 	}
 	return c.o.Pins
+}
+
+// loadFactor returns the load factor to bound loads by: this replica's, if
+// every other live replica declares the same; else DefaultLoadFactor, so
+// that replicas that differ on it (during a rolling update that changes
+// it) still agree on where each cluster runs.
+func (c *Coordinator) loadFactor(snap map[string]entry, live []string) float64 {
+	for _, id := range live {
+		if id == c.o.Identity {
+			continue
+		}
+		e, ok := snap[ReplicaLeaseName(c.o.Group, id)]
+		if !ok || e.rec.loadFactor != "" && e.rec.loadFactor != c.o.loadFactor {
+			return DefaultLoadFactor
+		}
+	}
+	return c.o.LoadFactor
 }
 
 // confirmAlive reads replica id's Lease from the API server before this

@@ -19,7 +19,8 @@
 //     replicas with different timings never run a cluster at once.
 //   - Each cluster is assigned to one live replica by consistent hashing
 //     with bounded loads (ring.go), a pure function of the live replicas,
-//     the names and the pins.
+//     the names, the pins and the load factor; pins and load factor count
+//     only while every live replica declares the same.
 //   - A replica runs a cluster only while it holds the cluster's Lease
 //     (claims.go): it takes a Lease released, or whose holder's claim has
 //     expired by the duration it declares; a take is an update at the

@@ -188,6 +188,34 @@ func TestPinsThatDifferDuringARolloutLeaveNoClusterDark(t *testing.T) {
 	}
 }
 
+// TestLoadFactorsThatDifferLeaveNoClusterDark: a rolling update changes
+// LoadFactor; the new replica b bounds loads by 2, the old replica a by 1.
+// Each assigned some clusters to the other, which gave them back: they ran
+// nowhere for as long as the two disagreed. Once they agree, each bounds
+// by its own.
+func TestLoadFactorsThatDifferLeaveNoClusterDark(t *testing.T) {
+	s := newSim(t, 8)
+	s.quiet = true
+	s.add("a", defaultTiming, Options{LoadFactor: 1})
+	b := s.add("b", defaultTiming, Options{LoadFactor: 1})
+	s.until(30*time.Second, "balanced", s.balanced)
+	s.leave(b)
+	b = s.add("b", defaultTiming, Options{LoadFactor: 2})
+	s.run(30 * time.Second)
+	s.rec.resetDark()
+	s.run(30 * time.Second)
+	if !s.settled() || s.rec.maxDark > 0 {
+		t.Errorf("not every cluster runs while a and b differ on the load factor: %v (longest dark %s over 30 s)", s.rec.owners(), s.rec.maxDark)
+	}
+	s.leave(b)
+	s.add("b", defaultTiming, Options{LoadFactor: 1})
+	s.until(30*time.Second, "each runs at most ceil(1 × 8 / 2)", func() bool {
+		l := s.load()
+		return s.settled() && l["a"] == 4 && l["b"] == 4
+	})
+	s.rec.noDoubles(t)
+}
+
 // TestFleetViewsThatDifferKeepKnownClustersRunning: one replica's cluster source has seen a new
 // cluster, the other's not yet (a source lagging, a Secret not yet
 // synced). The clusters both know must keep running.
@@ -356,6 +384,28 @@ func TestPinsFollowedOnlyWhenLiveReplicasAgree(t *testing.T) {
 	} {
 		if got := c.pins(snapOf(tc.published), []string{"a", "b"}) != nil; got != tc.follow {
 			t.Errorf("%s: follows its pins %v, want %v", tc.name, got, tc.follow)
+		}
+	}
+}
+
+// TestLoadFactorFollowedOnlyWhenLiveReplicasAgree: a replica bounds loads by its
+// own load factor while every other live replica declares the same, or
+// none (a replica of an earlier release); else by the default.
+func TestLoadFactorFollowedOnlyWhenLiveReplicasAgree(t *testing.T) {
+	o := &Options{Identity: "a", Group: "fleet", LoadFactor: 1.5}
+	o.defaults()
+	c := &Coordinator{o: *o}
+	for _, tc := range []struct {
+		name, declared string
+		want           float64
+	}{
+		{"same", "1.5", 1.5},
+		{"earlier release", "", 1.5},
+		{"another", "2", DefaultLoadFactor},
+	} {
+		snap := map[string]entry{ReplicaLeaseName("fleet", "b"): {rec: record{holder: "b", loadFactor: tc.declared}}}
+		if got := c.loadFactor(snap, []string{"a", "b"}); got != tc.want {
+			t.Errorf("%s: bounds loads by %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

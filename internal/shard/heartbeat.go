@@ -265,6 +265,7 @@ func (h *heartbeat) desired(base *coordinationv1.Lease, now time.Time) *coordina
 	setAnnotation(l, LeavingAnnotation, h.leavingValue())
 	setAnnotation(l, StandbyAnnotation, h.standbyValue(now))
 	setAnnotation(l, PinsAnnotation, h.o.pins)
+	setAnnotation(l, LoadFactorAnnotation, h.o.loadFactor)
 	if ptr.Deref(l.Spec.HolderIdentity, "") != h.o.Identity || l.Spec.AcquireTime == nil {
 		if l.Spec.HolderIdentity != nil {
 			l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)

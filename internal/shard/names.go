@@ -47,6 +47,13 @@ const (
 	// writes none, and follows its own Pins as it always did: it counts as
 	// agreeing, so that an upgrade keeps them.
 	PinsAnnotation = "mccr.dev/shard-pins"
+	// LoadFactorAnnotation holds the load factor a replica bounds loads
+	// by. Replicas that bound them differently (a rolling update that
+	// changes it) would each leave some clusters to another, which gives
+	// them back: while the live replicas differ on it, every one uses
+	// DefaultLoadFactor. A replica of an earlier release writes none, and
+	// counts as agreeing.
+	LoadFactorAnnotation = "mccr.dev/shard-load-factor"
 )
 
 // PinsKey is a digest of pins, "none" for none.

@@ -3,6 +3,7 @@ package shard
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"strconv"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -81,6 +82,8 @@ type Options struct {
 
 	// pins is PinsKey(Pins), set by defaults.
 	pins string
+	// loadFactor is LoadFactor as its Lease declares it, set by defaults.
+	loadFactor string
 }
 
 func (o *Options) defaults() {
@@ -94,6 +97,10 @@ func (o *Options) defaults() {
 		o.Clock = clock.RealClock{}
 	}
 	o.pins = PinsKey(o.Pins)
+	if !(o.LoadFactor >= 1) { // NaN too
+		o.LoadFactor = DefaultLoadFactor
+	}
+	o.loadFactor = strconv.FormatFloat(o.LoadFactor, 'g', -1, 64)
 	if o.Writer == "" {
 		b := make([]byte, 8)
 		_, _ = rand.Read(b) // crypto/rand never fails
