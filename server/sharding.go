@@ -104,7 +104,10 @@ type ShardingOptions struct {
 // over before it exits; one that dies loses them LeaseDuration after it
 // was last heard from. After the host cluster's API server was down (an
 // upgrade of the control plane), every replica runs its clusters again
-// within a renewal of it answering.
+// within a renewal of it answering — but with LeaderElection on, an outage
+// longer than the election's RenewDeadline ends the Start of the replica
+// that leads (controller-runtime's "leader election lost"), and its
+// clusters run again a lease duration later.
 //
 // On each replica, Status and the fan-out client cover every cluster:
 // those another replica runs are in PhaseElsewhere with their Owner, and a
