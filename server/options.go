@@ -52,7 +52,10 @@ type Options struct {
 	// as the Manager takes. Start returns (and the host Manager releases its
 	// leader lease) once StopTimeout has passed, whatever the host
 	// Manager's own timeout: one shorter than the members' graceful
-	// shutdown lets a new leader start members that still stop here.
+	// shutdown lets a new leader start members that still stop here. A
+	// sharded Server's Start also waits for its handover, which ends
+	// about its LeaseDuration after ctx ended at the latest (see
+	// Server.Start).
 	StopTimeout time.Duration
 
 	// CompressWatches keeps gzip on members' watch streams. By default a

@@ -102,6 +102,9 @@ type Server struct {
 	werrs    watchErrors
 	watchWG  sync.WaitGroup
 	runs     sync.WaitGroup // the fleet runnable
+	// handover is a sharded Server's coordinator, which hands this
+	// replica's clusters over as it stops.
+	handover sync.WaitGroup
 
 	// testChecked, when set, is called by add once it found the Server
 	// runnable, before it adds the cluster.
@@ -391,8 +394,11 @@ func (s *Server) AddReconcilerSetup(setup func(ctrl.Manager) error) {
 // Manager gives up on its runnables after its graceful shutdown timeout,
 // Options.StopTimeout after ctx ended with an error wrapping
 // ErrStopTimeout that names the members still stopping (a reconciler that
-// ignores its ctx, say). A member's failure never makes Start return; the
-// host Manager's errors do.
+// ignores its ctx, say). A sharded Server returns only once it has handed
+// its clusters over (their Leases released after their Managers stopped),
+// however long that takes past StopTimeout on a slow host: at most its
+// LeaseDuration and the calls under way then. A member's failure never
+// makes Start return; the host Manager's errors do.
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	if s.started {
@@ -408,14 +414,17 @@ func (s *Server) Start(ctx context.Context) error {
 	if werr := s.awaitRuns(ended.Load()); werr != nil {
 		err = errors.Join(err, werr)
 	}
+	// Bounded by the coordinator itself. Returning before it has released
+	// the Leases of clusters that stopped here would leave them to run
+	// nowhere, once the process exits, until those Leases expire.
+	s.handover.Wait()
 	s.clusters.forgetSeries()
 	s.releaseHost()
 	return err
 }
 
-// awaitRuns waits for the members (and a sharded Server's handover) to
-// stop, up to Options.StopTimeout after ended (when ctx ended; now if it
-// did not).
+// awaitRuns waits for the members to stop, up to Options.StopTimeout after
+// ended (when ctx ended; now if it did not).
 func (s *Server) awaitRuns(ended *time.Time) error {
 	done := make(chan struct{})
 	go func() {
@@ -448,7 +457,8 @@ func (s *Server) awaitRuns(ended *time.Time) error {
 }
 
 // coordinatorRunnable runs a sharded Server's coordinator in the host
-// Manager; Start waits for it (it hands the clusters over on the way out).
+// Manager; Server.Start waits for it (it hands the clusters over on the way
+// out).
 type coordinatorRunnable struct {
 	s  *Server
 	co *coordinator
@@ -458,9 +468,10 @@ func (coordinatorRunnable) NeedLeaderElection() bool { return false }
 
 // Start returns once ctx ends: the handover that follows (members
 // stopping, then their Leases released) may outlast the host Manager's
-// graceful shutdown timeout, and Server.Start waits for it through runs.
+// graceful shutdown timeout, and Server.Start waits for it through
+// handover.
 func (r coordinatorRunnable) Start(ctx context.Context) error {
-	r.s.runs.Go(func() { _ = r.co.Start(ctx) }) // never fails
+	r.s.handover.Go(func() { _ = r.co.Start(ctx) }) // never fails
 	<-ctx.Done()
 	return nil
 }

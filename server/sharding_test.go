@@ -1052,3 +1052,42 @@ func TestShardingLoadFactorsThatDiffer(t *testing.T) {
 	h.settled(replicas)
 	h.noDoubles()
 }
+
+// TestShardingStopHandsOverOnASlowHost: a replica stops while its host
+// answers every write of a cluster Lease slowly (0.8 s): its handover (8
+// releases, one after another) outlasts StopTimeout (the members' graceful
+// shutdown + 5 s). Start must still return only once it has handed every
+// cluster over, without an error: a process that exits at Start's return
+// would leave the rest of its clusters to run nowhere for a lease
+// duration, its handover still going on.
+func TestShardingStopHandsOverOnASlowHost(t *testing.T) {
+	h := newShardHarness(t, 8)
+	var slow atomic.Bool
+	slowWrites := func(next http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			if slow.Load() && req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/leases/") && strings.Contains(path.Base(req.URL.Path), "-c-") {
+				select {
+				case <-time.After(800 * time.Millisecond):
+				case <-req.Context().Done():
+					return nil, req.Context().Err()
+				}
+			}
+			return next.RoundTrip(req)
+		})
+	}
+	a := h.launch(replicaSpec{id: "a", wrap: slowWrites, lease: 12 * time.Second, renew: 4 * time.Second, retry: time.Second})
+	test.Eventually(t, 60*time.Second, "a runs every cluster", func() bool { return h.owned("a") })
+	slow.Store(true)
+	if err := a.stop(); err != nil {
+		t.Errorf("stopping a replica whose handover outlasts StopTimeout: %v", err)
+	}
+	var leases coordinationv1.LeaseList
+	if err := adminClient(t, "host").List(t.Context(), &leases, crclient.InNamespace(h.ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leases.Items {
+		if l.Labels[shard.RoleLabel] == shard.RoleCluster && ptr.Deref(l.Spec.HolderIdentity, "") == "a" {
+			t.Errorf("Start of a returned, and the Lease of %s still names it", l.Annotations[shard.ClusterAnnotation])
+		}
+	}
+}
