@@ -13,17 +13,34 @@ import (
 // Server adds no such check by itself. A cold standby (Options.ColdStandby,
 // a replica that does not lead) runs no member until it leads, and is as
 // ready as it will be: the check passes there, so that a rollout that
-// waits for new replicas to be ready can go on.
+// waits for new replicas to be ready can go on. So is a sharded replica
+// that runs fewer than minReady members: it passes once those are Ready.
 func (s *Server) FleetReadyCheck(minReady int) healthz.Checker {
 	return func(*http.Request) error {
 		if s.coldStandby() {
 			return nil
 		}
-		if n := len(s.routes.ReadyClusters()); n < minReady {
-			return fmt.Errorf("%d of at least %d member clusters ready", n, minReady)
+		want := minReady
+		if s.shard != nil {
+			want = min(want, s.runsHere())
+		}
+		if n := len(s.routes.ReadyClusters()); n < want {
+			return fmt.Errorf("%d of at least %d member clusters ready", n, want)
 		}
 		return nil
 	}
+}
+
+// runsHere counts the members this replica may run (with sharding, those
+// whose Leases it holds).
+func (s *Server) runsHere() int {
+	n := 0
+	for _, c := range s.clusters.all() {
+		if c.runsHere() {
+			n++
+		}
+	}
+	return n
 }
 
 // coldStandby says whether this replica keeps its members stopped until

@@ -1091,3 +1091,22 @@ func TestShardingStopHandsOverOnASlowHost(t *testing.T) {
 		}
 	}
 }
+
+// TestShardingFleetReadyCheck: two replicas share one cluster. The one
+// that does not run it is as ready as it will be, as a cold standby is:
+// FleetReadyCheck(1) must pass on both, or a rolling update that waits for
+// new replicas to be ready never goes on.
+func TestShardingFleetReadyCheck(t *testing.T) {
+	h := newShardHarness(t, 1)
+	replicas := map[string]replica{"a": h.start("a", nil), "b": h.start("b", nil)}
+	h.settled(replicas)
+	test.Eventually(t, 30*time.Second, "FleetReadyCheck(1) passes on both replicas", func() bool {
+		for _, r := range replicas {
+			if r.srv.FleetReadyCheck(1)(nil) != nil {
+				return false
+			}
+		}
+		return true
+	})
+	h.noDoubles()
+}
