@@ -201,7 +201,7 @@ func (c *Coordinator) watchdog(stop <-chan struct{}) {
 }
 
 func (c *Coordinator) fenceIfOverdue() {
-	if c.hb.renewed.Load() == 0 || c.hb.healthy(c.o.Clock.Now()) {
+	if c.hb.renewed.Load() == nil || c.hb.healthy(c.o.Clock.Now()) {
 		c.fenced.Store(false)
 		return
 	}

@@ -39,10 +39,14 @@ type heartbeat struct {
 	log    logr.Logger
 	name   string
 
-	// renewed is the send time (unix nanos) of the last renewal the API
-	// server acknowledged: the replica's claims stand until RenewDeadline
-	// after it, as the others see them until LeaseDuration after it.
-	renewed   atomic.Int64
+	// renewed is the send time of the last renewal the API server
+	// acknowledged (nil: none yet): the replica's claims stand until
+	// RenewDeadline after it, as the others see them until LeaseDuration
+	// after it. The time.Time itself is kept, monotonic reading and all:
+	// a step of the wall clock (an NTP step, a resumed VM) must not stretch
+	// the deadline, as the other replicas measure theirs on their own
+	// monotonic clocks.
+	renewed   atomic.Pointer[time.Time]
 	last      *coordinationv1.Lease // the version last written or read; nil: read first
 	wrote     bool                  // renewed at least once
 	attempted time.Time
@@ -84,7 +88,7 @@ func (h *heartbeat) due(now time.Time) bool {
 // sent within the renew deadline: only then may it run clusters.
 func (h *heartbeat) healthy(now time.Time) bool {
 	last := h.renewed.Load()
-	return last != 0 && now.Sub(time.Unix(0, last)) < h.o.RenewDeadline
+	return last != nil && now.Sub(*last) < h.o.RenewDeadline
 }
 
 // alone reports whether no other process has written this replica's Lease
@@ -285,7 +289,7 @@ func (h *heartbeat) desired(base *coordinationv1.Lease, now time.Time) *coordina
 
 func (h *heartbeat) acked(sent time.Time, l *coordinationv1.Lease) {
 	h.last, h.wrote = l, true
-	h.renewed.Store(sent.UnixNano())
+	h.renewed.Store(&sent)
 	h.cache.written(l)
 	h.fails.ok("lease", h.name)
 }
