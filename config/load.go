@@ -30,6 +30,14 @@ const maxKubeconfigSize = 16 << 20
 // some 60 nodes a context: the bound leaves room for about 4,000.
 const maxKubeconfigNodes = 1 << 18
 
+// maxKubeconfigText bounds the text of a kubeconfig's scalars, its aliases
+// expanded (see internal/yamlshape): an alias repeats its anchor's text
+// at no cost in nodes, so "a: &a <a megabyte>" and a few thousand "*a"
+// would decode to gigabytes of JSON. Twice the largest file leaves a
+// kubeconfig that shares a certificate among thousands of clusters by an
+// anchor well within it.
+const maxKubeconfigText = 2 * maxKubeconfigSize
+
 // maxReferencedFileSize bounds a certificate, key or token file that a
 // kubeconfig names. They are a few kilobytes at most.
 const maxReferencedFileSize = 1 << 20

@@ -110,3 +110,63 @@ func TestKubeconfigNodeBound(t *testing.T) {
 		}
 	})
 }
+
+// A kubeconfig of few nodes whose aliases repeat a long scalar is refused
+// before it is decoded: an alias costs one node, and the text it stands for
+// is written out again for each one, so 400 aliases of a 256 KiB token
+// would decode to 100 MiB of JSON (a 16 MiB file, to terabytes).
+func TestKubeconfigOfAliasedTextIsRefusedUndecoded(t *testing.T) {
+	long := strings.Repeat("x", 256<<10)
+	for name, doc := range map[string]string{
+		"token": "users:\n- name: a\n  user: {token: &t " + long + "}\n" +
+			strings.Repeat("- name: b\n  user: {token: *t}\n", 400),
+		"user": "users:\n- &u {name: a, user: {token: " + long + "}}\n" +
+			"x: [" + strings.Repeat("*u,", 400) + "*u]\n",
+		"certificate through an alias of aliases": "a: &a " + long + "\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a,*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\n" +
+			"clusters: [" + strings.Repeat("*b,", 20) + "*b]\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "config")
+			writeFile(t, path, []byte(doc))
+			var err error
+			cost := allocated(func() { _, err = LoadFile(path) })
+			if !errors.Is(err, ErrInvalidKubeconfig) || !strings.Contains(err.Error(), "too much YAML text") || !strings.Contains(err.Error(), path) {
+				t.Fatalf("LoadFile = %v, want a refusal naming the file and the bound", err)
+			}
+			if strings.Contains(err.Error(), "xxxx") {
+				t.Fatalf("the error quotes the file: %.200s", err)
+			}
+			if limit := 4*uint64(len(doc)) + 8<<20; cost > limit {
+				t.Errorf("refusing a %d KiB file allocated %d MiB", len(doc)>>10, cost>>20)
+			}
+		})
+	}
+	t.Run("a shared certificate", func(t *testing.T) {
+		// Anchors used as they are meant to be: one CA for many clusters.
+		dir := t.TempDir()
+		selfSigned(t, dir)
+		ca, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		b.WriteString("clusters:\n")
+		for i := range 2000 {
+			if i == 0 {
+				fmt.Fprintf(&b, "- name: c0\n  cluster: {server: https://h, certificate-authority-data: &ca %s}\n", base64.StdEncoding.EncodeToString(ca))
+				continue
+			}
+			fmt.Fprintf(&b, "- name: c%d\n  cluster: {server: https://h, certificate-authority-data: *ca}\n", i)
+		}
+		b.WriteString("contexts:\n")
+		for i := range 2000 {
+			fmt.Fprintf(&b, "- name: c%d\n  context: {cluster: c%d}\n", i, i)
+		}
+		path := filepath.Join(t.TempDir(), "config")
+		writeFile(t, path, []byte(b.String()))
+		cfgs, err := LoadFile(path)
+		if err != nil || len(cfgs) != 2000 {
+			t.Fatalf("2,000 clusters sharing an anchored CA: %d loaded, %v", len(cfgs), err)
+		}
+	})
+}

@@ -33,7 +33,7 @@ func secretKubeconfig(data map[string][]byte, key string, allowPlugins bool) (*r
 	}
 	kc, err := config.DecodeKubeconfig(raw)
 	switch {
-	case errors.Is(err, yamlshape.ErrTooManyNodes), errors.Is(err, yamlshape.ErrNotUTF8):
+	case errors.Is(err, yamlshape.ErrTooManyNodes), errors.Is(err, yamlshape.ErrTooMuchText), errors.Is(err, yamlshape.ErrNotUTF8):
 		return nil, fmt.Errorf("%w: key %q: %w", ErrSecretInvalid, key, err)
 	case err != nil:
 		return nil, invalid("does not parse as a kubeconfig")

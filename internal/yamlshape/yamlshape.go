@@ -5,11 +5,12 @@
 // before it fills in its types: some 400 bytes of memory per node. A file
 // of a few megabytes made of nothing but nodes ("[0,0,0,…]", "- - - …")
 // holds gigabytes while it decodes, and a few aliases to aliases expand to
-// more nodes still. Check counts, from the bytes alone, an upper bound of
-// the nodes a document can hold, and refuses one that could hold more than
-// it allows; a document with anchors and aliases is also parsed without
+// more nodes still, or repeat a long scalar until the text alone is
+// gigabytes. Check counts, from the bytes alone, an upper bound of the
+// nodes a document can hold, and refuses one that could hold more than it
+// allows; a document with anchors and aliases is also parsed without
 // expanding them, and refused when its aliases would expand past the same
-// bound.
+// bound, or to more text than it allows.
 package yamlshape
 
 import (
@@ -24,12 +25,16 @@ var (
 	// ErrTooManyNodes is Check's refusal of a document that could hold
 	// too many nodes.
 	ErrTooManyNodes = errors.New("too many YAML nodes")
+	// ErrTooMuchText is Check's refusal of a document whose aliases
+	// expand to too much text: few nodes, each a long scalar repeated.
+	ErrTooMuchText = errors.New("too much YAML text")
 	// ErrNotUTF8 is Check's refusal of a document in another encoding.
 	ErrNotUTF8 = errors.New("not UTF-8")
 )
 
 // Check refuses data that could decode to more than maxNodes nodes, its
-// aliases expanded, or that is not UTF-8 (a BOM of UTF-16 or UTF-32, a NUL
+// aliases expanded, or to more than maxText bytes of JSON text in its
+// scalars (keys included), its aliases expanded, or that is not UTF-8 (a BOM of UTF-16 or UTF-32, a NUL
 // byte: YAML decoders read UTF-16 too, and its bytes would not be counted
 // as below). The error names the bound, never the content.
 //
@@ -45,7 +50,13 @@ var (
 // three, and what YAML escapes such as "\0" stand for, into six bytes of
 // JSON ("\u003c"), and the last two into two, so a long scalar of them
 // costs what nodes do.
-func Check(data []byte, maxNodes int) error {
+//
+// Nodes alone do not bound what aliases cost: "a: &a <a megabyte>" and a
+// list of a thousand "*a" are a few thousand nodes, and a gigabyte of JSON
+// once decoded. A document with anchors and aliases is therefore also
+// refused (ErrTooMuchText) when its scalars, each counted as long as JSON
+// writes it and each alias as what it stands for, exceed maxText.
+func Check(data []byte, maxNodes, maxText int) error {
 	if bytes.HasPrefix(data, []byte{0xfe, 0xff}) || bytes.HasPrefix(data, []byte{0xff, 0xfe}) || bytes.IndexByte(data, 0) >= 0 {
 		return fmt.Errorf("%w: not UTF-8 (a byte order mark of UTF-16 or UTF-32, or a NUL byte)", ErrNotUTF8)
 	}
@@ -84,8 +95,11 @@ func Check(data []byte, maxNodes int) error {
 		// the parse error, which may quote the document.)
 		return fmt.Errorf("%w: anchors and aliases in a document that does not parse as YAML, left uncounted", ErrTooManyNodes)
 	}
-	if expandedSize(&doc, maxNodes) > maxNodes {
+	switch size := expandedSize(&doc, maxNodes, maxText); {
+	case size.nodes > maxNodes:
 		return fmt.Errorf("%w: its aliases expand to more than the %d allowed", ErrTooManyNodes, maxNodes)
+	case size.text > maxText:
+		return fmt.Errorf("%w: its aliases expand to more than the %d bytes allowed", ErrTooMuchText, maxText)
 	}
 	return nil
 }
@@ -111,37 +125,72 @@ func unicodeBreak(data []byte) int {
 	return 0
 }
 
-// expandedSize counts the nodes under n with every alias expanded, up to
-// more than limit (it stops counting there). An alias to a node that holds
-// it counts as more than limit.
-func expandedSize(n *yaml.Node, limit int) int {
-	const inProgress = -1
-	sizes := map[*yaml.Node]int{}
-	var size func(n *yaml.Node) int
-	size = func(n *yaml.Node) int {
+// shape is what a node holds with every alias expanded: its nodes, and the
+// JSON length of its scalars.
+type shape struct{ nodes, text int }
+
+// over says whether s exceeds either bound.
+func (s shape) over(nodes, text int) bool { return s.nodes > nodes || s.text > text }
+
+// expandedSize counts the nodes and the text under n with every alias
+// expanded, up to more than nodeLimit or textLimit (it stops counting
+// there). An alias to a node that holds it counts as more than both.
+func expandedSize(n *yaml.Node, nodeLimit, textLimit int) shape {
+	inProgress := shape{nodes: -1}
+	beyond := shape{nodes: nodeLimit + 1, text: textLimit + 1}
+	sizes := map[*yaml.Node]shape{}
+	var size func(n *yaml.Node) shape
+	size = func(n *yaml.Node) shape {
 		if n == nil {
-			return 0
+			return shape{}
 		}
 		if s, ok := sizes[n]; ok {
 			if s == inProgress {
-				return limit + 1 // an alias within its own anchor
+				return beyond // an alias within its own anchor
 			}
 			return s
 		}
 		sizes[n] = inProgress
-		total := 1
-		if n.Kind == yaml.AliasNode {
+		total := shape{nodes: 1}
+		switch n.Kind {
+		case yaml.AliasNode:
 			total = size(n.Alias)
+		case yaml.ScalarNode:
+			total.text = jsonLength(n.Value)
+		case yaml.DocumentNode, yaml.SequenceNode, yaml.MappingNode:
+			// What they hold is counted below.
 		}
 		for _, c := range n.Content {
-			if total > limit {
+			if total.over(nodeLimit, textLimit) {
 				break
 			}
-			total += size(c)
+			s := size(c)
+			total.nodes += s.nodes
+			total.text += s.text
 		}
-		total = min(total, limit+1)
+		total.nodes = min(total.nodes, nodeLimit+1)
+		total.text = min(total.text, textLimit+1)
 		sizes[n] = total
 		return total
 	}
 	return size(n)
+}
+
+// jsonLength is how many bytes JSON takes to write s as a string: six for
+// what encoding/json escapes as \u00XX ('<', '>', '&', control
+// characters) and for the line and paragraph separators, two for '"' and
+// '\\', one for any other byte.
+func jsonLength(s string) int {
+	n := len(s)
+	for i := 0; i < len(s); i++ {
+		switch b := s[i]; {
+		case b == '<' || b == '>' || b == '&' || b < 0x20:
+			n += 5
+		case b == '"' || b == '\\':
+			n++
+		case b == 0xe2 && i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xa8 || s[i+2] == 0xa9):
+			n += 3 // three bytes, written as six
+		}
+	}
+	return n
 }

@@ -8,7 +8,10 @@ import (
 	yaml "go.yaml.in/yaml/v3"
 )
 
-const bound = 1000
+const (
+	bound     = 1000
+	textBound = 100_000
+)
 
 // Shapes that hold many nodes in few bytes are refused, whichever way the
 // YAML writes them; a kubeconfig's own shape is not.
@@ -42,6 +45,26 @@ func TestCheck(t *testing.T) {
 		"flow keys":         "[" + strings.Repeat("?a,", bound/2) + "?a]",
 		"aliases, not YAML": "a: &a [0]\nb: [*a, *a\n",
 	}
+	// Few nodes, much text: an alias to a long scalar repeats the scalar.
+	long := strings.Repeat("x", textBound/10)
+	tooMuchText := map[string]string{
+		"aliases of a long scalar":  "a: &a " + long + "\nb: [" + strings.Repeat("*a,", 10) + "*a]\n",
+		"aliases of a long key":     "a: &a {? " + long + " : 0}\nb: [" + strings.Repeat("*a,", 10) + "*a]\n",
+		"aliases of a merged map":   "a: &a {k: " + long + "}\nb: [" + strings.Repeat("{<<: *a},", 10) + "{<<: *a}]\n",
+		"aliases of escaped bytes":  "a: &a '" + strings.Repeat("<", textBound/60) + "'\nb: [" + strings.Repeat("*a,", 10) + "*a]\n",
+		"aliases of aliased scalar": "a: &a " + strings.Repeat("x", textBound/100) + "\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: [" + strings.Repeat("*b,", 20) + "*b]\n",
+	}
+	for name, doc := range tooMuchText {
+		t.Run(name, func(t *testing.T) {
+			err := Check([]byte(doc), bound, textBound)
+			if !errors.Is(err, ErrTooMuchText) {
+				t.Fatalf("Check = %v, want ErrTooMuchText", err)
+			}
+			if strings.Contains(err.Error(), "xxx") || strings.Contains(err.Error(), "<<<") {
+				t.Errorf("error quotes the document: %v", err)
+			}
+		})
+	}
 	for name, doc := range map[string][]byte{
 		"UTF-16LE": append([]byte{0xff, 0xfe}, []byte("c\x00:\x00 \x00[\x000\x00]\x00")...),
 		"UTF-16BE": append([]byte{0xfe, 0xff}, []byte("\x00c\x00:\x00 \x00[\x000\x00]")...),
@@ -49,14 +72,14 @@ func TestCheck(t *testing.T) {
 		"NUL":      []byte("clusters: [0]\x00"),
 	} {
 		t.Run(name, func(t *testing.T) {
-			if err := Check(doc, bound); !errors.Is(err, ErrNotUTF8) {
+			if err := Check(doc, bound, textBound); !errors.Is(err, ErrNotUTF8) {
 				t.Fatalf("Check = %v, want ErrNotUTF8", err)
 			}
 		})
 	}
 	for name, doc := range refused {
 		t.Run(name, func(t *testing.T) {
-			err := Check([]byte(doc), bound)
+			err := Check([]byte(doc), bound, textBound)
 			if !errors.Is(err, ErrTooManyNodes) {
 				t.Fatalf("Check = %v, want ErrTooManyNodes", err)
 			}
@@ -82,14 +105,15 @@ contexts:
   context: {cluster: a, user: a}
 current-context: a
 `,
-		"a few aliases":   "a: &a {server: https://h}\nb: *a\nc: *a\n",
-		"star in a token": "user: {token: a*b&c}\n",
-		"empty":           "",
-		"not YAML":        "{[}",
+		"a few aliases":               "a: &a {server: https://h}\nb: *a\nc: *a\n",
+		"star in a token":             "user: {token: a*b&c}\n",
+		"a long scalar, aliased once": "a: &a " + strings.Repeat("x", textBound/3) + "\nb: *a\n",
+		"empty":                       "",
+		"not YAML":                    "{[}",
 	}
 	for name, doc := range accepted {
 		t.Run(name, func(t *testing.T) {
-			if err := Check([]byte(doc), bound); err != nil {
+			if err := Check([]byte(doc), bound, textBound); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -103,16 +127,21 @@ func FuzzCheck(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, doc string) {
-		const limit = 64
-		if Check([]byte(doc), limit) != nil {
+		const limit, textLimit = 64, 256
+		if Check([]byte(doc), limit, textLimit) != nil {
 			return
 		}
 		var n yaml.Node
 		if yaml.Unmarshal([]byte(doc), &n) != nil {
 			return
 		}
-		if got := expandedSize(&n, 1<<20); got > limit {
-			t.Fatalf("accepted a document of %d nodes, bound %d: %q", got, limit, doc)
+		if got := expandedSize(&n, 1<<20, 1<<20); got.nodes > limit {
+			t.Fatalf("accepted a document of %d nodes, bound %d: %q", got.nodes, limit, doc)
+		}
+		if strings.Contains(doc, "&") && strings.Contains(doc, "*") {
+			if got := expandedSize(&n, 1<<20, 1<<20); got.text > textLimit {
+				t.Fatalf("accepted a document of %d bytes of text, its aliases expanded, bound %d: %q", got.text, textLimit, doc)
+			}
 		}
 	})
 }
