@@ -108,6 +108,21 @@ func quoteIfOdd(s string) string {
 	return s
 }
 
+// maxQuotedRef bounds how much of a path or an address read from a
+// kubeconfig a message shows.
+const maxQuotedRef = 256
+
+// quoteRef renders a path or an address read from a kubeconfig for a
+// message, as quoteIfOdd does, cut to its first 256 bytes (marked with
+// "…"): a kubeconfig may hold a megabyte where a file name goes, and
+// repeat it by aliases, and a message must not repeat it too.
+func quoteRef(s string) string {
+	if len(s) <= maxQuotedRef {
+		return quoteIfOdd(s)
+	}
+	return quoteIfOdd(cutMessage(s, maxQuotedRef, false)) + "…"
+}
+
 // quoteContext quotes a context name: whole when it is a valid cluster
 // name, as QuoteName does (escaped, shortened) when it is not, so that a
 // hostile name cannot flood a message.

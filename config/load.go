@@ -421,23 +421,23 @@ func buildContext(raw *clientcmdapi.Config, name, dir string, o LoadOptions) (nc
 	}
 	cluster := raw.Clusters[kctx.Cluster]
 	if cluster == nil {
-		return nil, read, fmt.Errorf("%w: cluster %q not found", ErrInvalidKubeconfig, kctx.Cluster)
+		return nil, read, fmt.Errorf("%w: cluster %s not found", ErrInvalidKubeconfig, QuoteName(kctx.Cluster))
 	}
 	if cluster.Server == "" {
-		return nil, read, fmt.Errorf("%w: cluster %q has no server", ErrInvalidKubeconfig, kctx.Cluster)
+		return nil, read, fmt.Errorf("%w: cluster %s has no server", ErrInvalidKubeconfig, QuoteName(kctx.Cluster))
 	}
 	var user *clientcmdapi.AuthInfo
 	if kctx.AuthInfo != "" {
 		if user = raw.AuthInfos[kctx.AuthInfo]; user == nil {
-			return nil, read, fmt.Errorf("%w: user %q not found", ErrInvalidKubeconfig, kctx.AuthInfo)
+			return nil, read, fmt.Errorf("%w: user %s not found", ErrInvalidKubeconfig, QuoteName(kctx.AuthInfo))
 		}
 	}
 	if user != nil && !o.AllowAuthPlugins {
 		switch {
 		case user.Exec != nil:
-			return nil, read, fmt.Errorf("%w: user %q has an exec plugin", ErrAuthPluginRefused, kctx.AuthInfo)
+			return nil, read, fmt.Errorf("%w: user %s has an exec plugin", ErrAuthPluginRefused, QuoteName(kctx.AuthInfo))
 		case user.AuthProvider != nil:
-			return nil, read, fmt.Errorf("%w: user %q has an auth-provider", ErrAuthPluginRefused, kctx.AuthInfo)
+			return nil, read, fmt.Errorf("%w: user %s has an auth-provider", ErrAuthPluginRefused, QuoteName(kctx.AuthInfo))
 		}
 	}
 	// Work on copies holding only this context, so that what clientcmd
@@ -465,7 +465,7 @@ func buildContext(raw *clientcmdapi.Config, name, dir string, o LoadOptions) (nc
 	// A server that is no URL would fail later, in an error quoting it
 	// whole, password included.
 	if _, _, err := rest.DefaultServerUrlFor(&rest.Config{Host: cfg.Host}); err != nil {
-		return nil, read, fmt.Errorf("%w: server %s is neither a URL nor a host:port pair", ErrInvalidKubeconfig, quoteIfOdd(RedactURL(cfg.Host)))
+		return nil, read, fmt.Errorf("%w: server %s is neither a URL nor a host:port pair", ErrInvalidKubeconfig, quoteRef(RedactURL(cfg.Host)))
 	}
 	// Certificates that do not parse, and exec plugins client-go does not
 	// run, would only fail later, when the cluster's Manager is built, far
@@ -475,7 +475,7 @@ func buildContext(raw *clientcmdapi.Config, name, dir string, o LoadOptions) (nc
 		return nil, read, fmt.Errorf("%w: TLS settings: %s", ErrInvalidKubeconfig, withoutSecrets(err, cluster, user))
 	}
 	if err := CheckExecPlugin(cfg.ExecProvider); err != nil {
-		return nil, read, fmt.Errorf("%w: user %q: %w", ErrInvalidKubeconfig, kctx.AuthInfo, err)
+		return nil, read, fmt.Errorf("%w: user %s: %w", ErrInvalidKubeconfig, QuoteName(kctx.AuthInfo), err)
 	}
 	nc = NewNamedConfig(name, cfg)
 	nc.refs = refs

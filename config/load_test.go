@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -218,6 +219,61 @@ users:
 				t.Errorf("configs = %v, want none", names(cfgs))
 			}
 		})
+	}
+}
+
+// A kubeconfig's names and paths are quoted in its errors cut short: a
+// context naming a cluster, user, file or proxy of a megabyte gets an
+// error of its usual size, still naming the file and the context, and the
+// other contexts load.
+func TestLoadFileErrorsQuoteNamesCut(t *testing.T) {
+	big := strings.Repeat("x", 1<<20)
+	const head = `clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:6443"}
+- name: ` + "nos-%[1]s" + `
+  cluster: {insecure-skip-tls-verify: true}
+- name: proxied
+  cluster: {server: "https://127.0.0.1:6443", proxy-url: "::%[1]s"}
+users:
+- name: ` + "exec-%[1]s" + `
+  user: {exec: {command: x, apiVersion: client.authentication.k8s.io/v1}}
+- name: tokenfile
+  user: {tokenFile: "%[1]s"}
+contexts:
+- name: good
+  context: {cluster: c}
+- name: missing-cluster
+  context: {cluster: "nope-%[1]s"}
+- name: no-server
+  context: {cluster: "nos-%[1]s"}
+- name: missing-user
+  context: {cluster: c, user: "nobody-%[1]s"}
+- name: exec-user
+  context: {cluster: c, user: "exec-%[1]s"}
+- name: token-file
+  context: {cluster: c, user: tokenfile}
+- name: proxy
+  context: {cluster: proxied}
+`
+	path := filepath.Join(t.TempDir(), "config")
+	writeFile(t, path, fmt.Appendf(nil, head, big))
+	cfgs, err := LoadFile(path)
+	if got := names(cfgs); !slices.Equal(got, []string{"good"}) {
+		t.Fatalf("configs = %v, want [good]", got)
+	}
+	fes := fileErrors(t, err)
+	if len(fes) != 6 {
+		t.Fatalf("want six errors, one a context, got %d: %.2000v", len(fes), err)
+	}
+	for _, fe := range fes {
+		msg := fe.Error()
+		if len(msg) > 2*MaxErrorMessage {
+			t.Errorf("context %q: an error of %d bytes: %.300s…", fe.Context, len(msg), msg)
+		}
+		if !strings.Contains(msg, path) || !strings.Contains(msg, `"`+fe.Context+`"`) {
+			t.Errorf("message %.300q does not name file and context", msg)
+		}
 	}
 }
 

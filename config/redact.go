@@ -284,15 +284,16 @@ func DecodeErrorMessage(err error, data []byte) string {
 }
 
 // withoutSecrets returns err's message unless it contains one of user's
-// credentials, or those in cluster's server and proxy addresses. Messages
-// about a parsed kubeconfig legitimately name files and entries, so only
-// the credentials themselves are looked for.
+// credentials, or those in cluster's server and proxy addresses, cut at
+// MaxErrorMessage. Messages about a parsed kubeconfig legitimately name
+// files and entries, so only the credentials themselves are looked for.
 func withoutSecrets(err error, cluster *clientcmdapi.Cluster, user *clientcmdapi.AuthInfo) string {
 	msg := err.Error()
 	if QuotesCredential(msg, user) || QuotesURLCredential(msg, cluster.Server, cluster.ProxyURL) {
 		return withheld
 	}
-	return Redact(msg)
+	// clientcmd quotes what it refuses whole (a proxy-url of a megabyte).
+	return cutMessage(Redact(msg), MaxErrorMessage, true)
 }
 
 // QuotesURLCredential reports whether msg contains the userinfo of one of

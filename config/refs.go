@@ -99,14 +99,14 @@ func checkFileReferences(dir string, cluster *clientcmdapi.Cluster, user *client
 		if err != nil {
 			// Not %w: a missing referenced file must not read as the
 			// kubeconfig itself gone (fs.ErrNotExist) to a watcher.
-			return nil, failed(p), fmt.Errorf("%w: %s %s cannot be resolved: %v", ErrInvalidKubeconfig, r.field, quoteIfOdd(p), bareFSError(err)) //nolint:errorlint // see above
+			return nil, failed(p), fmt.Errorf("%w: %s %s cannot be resolved: %v", ErrInvalidKubeconfig, r.field, quoteRef(p), bareFSError(err)) //nolint:errorlint // see above
 		}
 		if !within(resolved, allowed) {
-			return nil, read, fmt.Errorf("%w: %s %s leads out of %s", ErrFileReferenceRefused, r.field, quoteIfOdd(p), quoteIfOdd(dir))
+			return nil, read, fmt.Errorf("%w: %s %s leads out of %s", ErrFileReferenceRefused, r.field, quoteRef(p), quoteIfOdd(dir))
 		}
 		data, err := readReferenced(resolved, allowed)
 		if err != nil {
-			return nil, failed(p), fmt.Errorf("%w: %s %s: %v", ErrInvalidKubeconfig, r.field, quoteIfOdd(p), err) //nolint:errorlint // as above
+			return nil, failed(p), fmt.Errorf("%w: %s %s: %v", ErrInvalidKubeconfig, r.field, quoteRef(p), err) //nolint:errorlint // as above
 		}
 		if trusted {
 			continue
@@ -137,10 +137,10 @@ func checkRegular(refs []fileRef) error {
 			continue
 		}
 		if !fi.Mode().IsRegular() {
-			return fmt.Errorf("%w: %s %s is not a regular file", ErrInvalidKubeconfig, r.field, quoteIfOdd(*r.path))
+			return fmt.Errorf("%w: %s %s is not a regular file", ErrInvalidKubeconfig, r.field, quoteRef(*r.path))
 		}
 		if fi.Size() > maxReferencedFileSize {
-			return fmt.Errorf("%w: %s %s is larger than %d bytes", ErrInvalidKubeconfig, r.field, quoteIfOdd(*r.path), maxReferencedFileSize)
+			return fmt.Errorf("%w: %s %s is larger than %d bytes", ErrInvalidKubeconfig, r.field, quoteRef(*r.path), maxReferencedFileSize)
 		}
 	}
 	return nil

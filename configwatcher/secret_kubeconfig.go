@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -135,22 +136,47 @@ func checkRESTConfig(cfg *rest.Config) error {
 	return config.CheckExecPlugin(cfg.ExecProvider)
 }
 
+// maxQuotedURL bounds how much of an address read from an object a
+// message shows.
+const maxQuotedURL = 256
+
 // quoteURL renders an address read from an object for a message: its
-// credentials redacted (config.RedactURL), and quoted, since the object
-// may hold any bytes.
+// credentials redacted (config.RedactURL), quoted, since the object may
+// hold any bytes, and cut to its first 256 bytes (marked with "…"), since
+// it may hold a megabyte of them.
 func quoteURL(s string) string {
-	return strconv.Quote(config.RedactURL(s))
+	s = config.RedactURL(s)
+	if len(s) <= maxQuotedURL {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(cutText(s, maxQuotedURL)) + "…"
+}
+
+// cutText cuts s to at most n bytes, on a character's start.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // withheldMessage replaces an error message that quoted a credential.
 const withheldMessage = "details withheld: the message quoted a credential"
 
-// withoutCredentials returns err's message, redacted, unless it quotes one
-// of user's credentials or those in cluster's server and proxy addresses.
+// withoutCredentials returns err's message, redacted and cut at
+// config.MaxErrorMessage (clientcmd quotes what it refuses whole), unless
+// it quotes one of user's credentials or those in cluster's server and
+// proxy addresses.
 func withoutCredentials(err error, cluster *clientcmdapi.Cluster, user *clientcmdapi.AuthInfo) string {
 	msg := err.Error()
 	if config.QuotesCredential(msg, user) || config.QuotesURLCredential(msg, cluster.Server, cluster.ProxyURL) {
 		return withheldMessage
 	}
-	return config.Redact(msg)
+	if msg = config.Redact(msg); len(msg) > config.MaxErrorMessage {
+		return cutText(msg, config.MaxErrorMessage) + "…"
+	}
+	return msg
 }

@@ -31,3 +31,27 @@ func TestSecretKubeconfigOfManyNodes(t *testing.T) {
 		})
 	}
 }
+
+// A kubeconfig Secret's server or proxy address of a megabyte is quoted in
+// its error cut short: the error names the key and says what is wrong, at
+// its usual size.
+func TestSecretKubeconfigErrorsQuoteAddressesCut(t *testing.T) {
+	big := strings.Repeat("x", 1<<20)
+	for name, cluster := range map[string]string{
+		"server no URL":     `server: "h:1/` + big + `"`,
+		"server no host":    `server: "::` + big + `"`,
+		"proxy-url no URL":  `server: "https://h", proxy-url: "::` + big + `"`,
+		"password in a cut": `server: "h:1/` + big + `@h"`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			kc := "clusters:\n- name: c\n  cluster: {" + cluster + "}\ncontexts:\n- name: a\n  context: {cluster: c}\n"
+			_, err := secretKubeconfig(map[string][]byte{"value": []byte(kc)}, "value", false)
+			if !errors.Is(err, ErrSecretInvalid) || !strings.Contains(err.Error(), `key "value"`) {
+				t.Fatalf("secretKubeconfig = %.300v, want an invalid Secret naming the key", err)
+			}
+			if n := len(err.Error()); n > 2*config.MaxErrorMessage {
+				t.Fatalf("an error of %d bytes: %.300s…", n, err)
+			}
+		})
+	}
+}
