@@ -218,6 +218,7 @@ func TestPasswordInServerURLIsRedacted(t *testing.T) {
 		"admin:secret@host:6443":                "REDACTED@host:6443",
 		"host:6443":                             "host:6443",
 		"https://admin:secret@host:bad%zzport/": "https://REDACTED@host:bad%zzport/",
+		"https://admin:se@cret@host:6443":       "https://REDACTED@host:6443",
 	} {
 		if got := RedactURL(in); got != want {
 			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
@@ -225,6 +226,10 @@ func TestPasswordInServerURLIsRedacted(t *testing.T) {
 	}
 	for _, in := range []string{
 		`Get "https://admin:s3cretpw@h/api": dial tcp: refused`,
+		// Go's URL parser takes '@' in a password (it splits at the last
+		// one), and so does client-go: the whole userinfo goes.
+		`Get "https://admin:pw@s3cretpw@h/api": dial tcp: refused`,
+		`proxyconnect tcp socks5://u:a@s3cretpw@proxy:1080 refused`,
 		`API server https://admin:s3cretpw@h unreachable`,
 		`Authorization: Bearer s3cretpw`,
 		`password: s3cretpw`,
