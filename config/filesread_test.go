@@ -68,11 +68,23 @@ contexts:
 		t.Errorf("no error for %v", want)
 	}
 
-	// Files left to client-go are not read into the config.
+	// Files in the caller's roots are left to client-go, and not read into
+	// the config; those of the kubeconfig's own directory still are.
 	cfgs, _ = LoadFile(path, AllowFileReferences(outside))
+	wantRead := map[string][]string{"good": {ca, token}, "refused": {ca}}
+	for _, c := range cfgs {
+		if got := c.FilesRead(); !slices.Equal(got, wantRead[c.Name]) {
+			t.Errorf("AllowFileReferences(outside): %s: FilesRead = %q, want %q", c.Name, got, wantRead[c.Name])
+		}
+		if c.Name == "refused" && c.Config.BearerTokenFile != filepath.Join(outside, "token") {
+			t.Errorf("AllowFileReferences(outside): the allowed token file is not left to client-go: %q", c.Config.BearerTokenFile)
+		}
+	}
+	// With no roots, every file is left to client-go.
+	cfgs, _ = LoadFile(path, AllowFileReferences())
 	for _, c := range cfgs {
 		if got := c.FilesRead(); got != nil {
-			t.Errorf("AllowFileReferences: %s: FilesRead = %q", c.Name, got)
+			t.Errorf("AllowFileReferences(): %s: FilesRead = %q", c.Name, got)
 		}
 	}
 	var nilConfig *NamedConfig

@@ -76,11 +76,14 @@ func AllowAuthPlugins() LoadOption {
 // AllowFileReferences lets the certificate-authority, client-certificate,
 // client-key and tokenFile paths of a kubeconfig lead, after symlinks, into
 // the given directories as well as the kubeconfig's own; with no roots they
-// may lead anywhere. Allowed files are left to client-go, which reads them
-// when it connects and again later (a rotated token, a renewed
-// certificate), so a root must be a place whose content the caller trusts:
-// whoever writes the kubeconfig decides which of its files are sent to the
-// server the kubeconfig names.
+// may lead anywhere. Files in the roots (anywhere, with no roots) are left
+// to client-go, which reads them when it connects and again later (a
+// rotated token, a renewed certificate), so a root must be a place whose
+// content the caller trusts: whoever writes the kubeconfig decides which of
+// its files are sent to the server the kubeconfig names. Files in the
+// kubeconfig's own directory, outside the roots, are still read by mccr
+// once, as without this option: whoever writes the kubeconfig may swap one
+// for a link to anywhere once it is checked.
 //
 // Without this option a kubeconfig loaded from a directory, or by a file
 // watcher, may only name files in its own directory. mccr reads those once,

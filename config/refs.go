@@ -36,9 +36,12 @@ type fileRef struct {
 //
 // By default every path must resolve inside dir; each file is then read
 // here, once, and its content replaces the path, so that nothing swapped in
-// after the check is ever read. With AllowFileReferences the paths are left
-// for client-go, which reads them again later (rotation); only their place
-// (unless any place is allowed), type and size are checked.
+// after the check is ever read. With AllowFileReferences the paths that
+// lead into the caller's roots are left for client-go, which reads them
+// again later (rotation); only their place, type and size are checked.
+// Those that lead into dir are still read here: dir is not the caller's to
+// vouch for. With AllowFileReferences and no roots every path is left to
+// client-go, whatever it leads to.
 //
 // read lists the files whose content the context takes by the default rule
 // (see NamedConfig.FilesRead), even when err is set: those checked and read
@@ -79,10 +82,14 @@ func checkFileReferences(dir string, cluster *clientcmdapi.Cluster, user *client
 	if err != nil {
 		return nil, nil, err
 	}
-	trusted := len(o.FileReferenceRoots) > 0
+	// allowed[0] is the kubeconfig's own directory, resolved: whoever
+	// writes the kubeconfig writes it too, and may swap a checked file for
+	// a link to anywhere. Only the caller's roots are trusted to keep what
+	// was checked, so only their files are left to client-go.
+	own := allowed[:1]
 	// failed is the read list that goes with an error about path p.
 	failed := func(p string) []string {
-		if trusted || !within(filepath.Clean(p), []string{filepath.Clean(dir)}) {
+		if !within(filepath.Clean(p), []string{filepath.Clean(dir)}) {
 			return read
 		}
 		return append(read, p)
@@ -91,9 +98,6 @@ func checkFileReferences(dir string, cluster *clientcmdapi.Cluster, user *client
 		p := *r.path
 		if p == "" {
 			continue
-		}
-		if r.set && !trusted {
-			return nil, read, fmt.Errorf("%w: both %s and %s are set", ErrInvalidKubeconfig, r.field, r.other)
 		}
 		resolved, err := filepath.EvalSymlinks(p)
 		if err != nil {
@@ -104,7 +108,15 @@ func checkFileReferences(dir string, cluster *clientcmdapi.Cluster, user *client
 		if !within(resolved, allowed) {
 			return nil, read, fmt.Errorf("%w: %s %s leads out of %s", ErrFileReferenceRefused, r.field, quoteRef(p), quoteIfOdd(dir))
 		}
-		data, err := readReferenced(resolved, allowed)
+		trusted := !within(resolved, own)
+		if r.set && !trusted {
+			return nil, read, fmt.Errorf("%w: both %s and %s are set", ErrInvalidKubeconfig, r.field, r.other)
+		}
+		roots := allowed
+		if !trusted {
+			roots = own
+		}
+		data, err := readReferenced(resolved, roots)
 		if err != nil {
 			return nil, failed(p), fmt.Errorf("%w: %s %s: %v", ErrInvalidKubeconfig, r.field, quoteRef(p), err) //nolint:errorlint // as above
 		}

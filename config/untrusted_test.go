@@ -130,8 +130,16 @@ func TestDirectoryFileReferencesStayInside(t *testing.T) {
 // named by kubeconfigs dropped into a directory, which records every
 // Authorization header it is sent. The controller's token lives outside the
 // directory; kubeconfigs reach for it directly, through a symlink, and by
-// swapping a checked token file for a link after loading.
+// swapping a checked token file for a link after loading. The same holds
+// when the caller allows other places (AllowFileReferences with roots):
+// the kubeconfig's own directory is not one of them, and a file there is
+// still read once, by mccr, not left to client-go to read again later.
 func TestTokenFileIsNeverSentToAnAttacker(t *testing.T) {
+	t.Run("default", func(t *testing.T) { tokenFileNeverSent(t) })
+	t.Run("other roots allowed", func(t *testing.T) { tokenFileNeverSent(t, AllowFileReferences(t.TempDir())) })
+}
+
+func tokenFileNeverSent(t *testing.T, opts ...LoadOption) {
 	var mu sync.Mutex
 	var seen []string
 	attacker := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -152,7 +160,7 @@ func TestTokenFileIsNeverSentToAnAttacker(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "swap-token"), []byte("inside-token\n"))
 	writeFile(t, filepath.Join(dir, "swap.kubeconfig"), refKubeconfig("swap", attacker.URL, "", "tokenFile: swap-token"))
 
-	cfgs, err := LoadConfigsFromConfigFile(dir)
+	cfgs, err := LoadConfigsFromConfigFile(dir, opts...)
 	if !errors.Is(err, ErrFileReferenceRefused) {
 		t.Errorf("err = %v, want ErrFileReferenceRefused", err)
 	}
@@ -189,6 +197,11 @@ func TestTokenFileIsNeverSentToAnAttacker(t *testing.T) {
 	}
 	if !slices.Equal(seen, []string{"Bearer inside-token"}) {
 		t.Errorf("attacker saw %q, want the checked inside token once", seen)
+	}
+	for _, c := range cfgs {
+		if want := []string{filepath.Join(dir, "swap-token")}; c.Config.BearerTokenFile != "" || !slices.Equal(c.FilesRead(), want) {
+			t.Errorf("%s: token file left to client-go (%q), FilesRead %q, want the content and %q", c.Name, c.Config.BearerTokenFile, c.FilesRead(), want)
+		}
 	}
 }
 
