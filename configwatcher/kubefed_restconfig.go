@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	kubefedv1beta1 "github.com/mccr-dev/mccr/apis/kubefed/v1beta1"
+	"github.com/mccr-dev/mccr/config"
 )
 
 // kubeFedRESTConfig turns a KubeFedCluster's spec and its Secret's token
@@ -56,7 +57,7 @@ func kubeFedRESTConfig(spec kubefedv1beta1.KubeFedClusterSpec, token string, sec
 		case kubefedv1beta1.TLSValidityPeriod:
 			skipValidity = true
 		default:
-			return nil, fmt.Errorf("%w: spec.disabledTLSValidations: unknown value %q", ErrKubeFedClusterInvalid, v)
+			return nil, fmt.Errorf("%w: spec.disabledTLSValidations: unknown value %s", ErrKubeFedClusterInvalid, config.QuoteName(string(v)))
 		}
 	}
 	switch {

@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"math/big"
@@ -217,6 +218,20 @@ func TestKubeFedRESTConfig(t *testing.T) {
 	} {
 		if _, err := kubeFedRESTConfig(bad, "tok", nil); !errors.Is(err, ErrKubeFedClusterInvalid) {
 			t.Errorf("%+v: got %v, want ErrKubeFedClusterInvalid", bad, err)
+		}
+	}
+
+	// What the object holds is quoted cut short: a megabyte where an
+	// address or a validation goes is an error of the usual size.
+	big := strings.Repeat("x", 1<<20)
+	for name, bad := range map[string]kubefedv1beta1.KubeFedClusterSpec{
+		"apiEndpoint":            {APIEndpoint: "ftp://" + big},
+		"proxyURL":               {APIEndpoint: "x", ProxyURL: big},
+		"disabledTLSValidations": {APIEndpoint: "x", DisabledTLSValidations: []kubefedv1beta1.TLSValidation{kubefedv1beta1.TLSValidation(big)}},
+	} {
+		_, err := kubeFedRESTConfig(bad, "tok", nil)
+		if !errors.Is(err, ErrKubeFedClusterInvalid) || !strings.Contains(err.Error(), name) || len(err.Error()) > 1024 {
+			t.Errorf("%s of a megabyte: got an error of %d bytes: %.200v", name, len(fmt.Sprint(err)), err)
 		}
 	}
 }
