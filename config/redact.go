@@ -22,8 +22,9 @@ var (
 	// userinfo in any URL: scheme://user:password@ or scheme://token@,
 	// also without the scheme ("://user:password@", which no URL parser
 	// takes, and whose error quotes it). Up to the last '@' of the
-	// authority, as Go's URL parser splits it: a password may hold '@'.
-	urlUserinfo = regexp.MustCompile(`(?i)((?:\b[a-z][a-z0-9+.\-]*)?://)[^/?#\s"'<>]+@`)
+	// authority, as Go's URL parser splits it: a password may hold '@',
+	// and "'" too (a URL quoted in '…' is still cut at its host).
+	urlUserinfo = regexp.MustCompile(`(?i)((?:\b[a-z][a-z0-9+.\-]*)?://)[^/?#\s"<>]+@`)
 	// Authorization header values: "Bearer abc", "Basic abc".
 	authScheme = regexp.MustCompile(`(?i)\b(bearer|basic)(\s+)[A-Za-z0-9\-._~+/=]+`)
 	// key: value and key=value pairs whose value is a credential
