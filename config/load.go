@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -364,8 +365,9 @@ func parseKubeconfig(path string, data []byte, o LoadOptions) ([]*NamedConfig, e
 
 	var cfgs []*NamedConfig
 	var errs []error
+	built := map[reach]*reachResult{}
 	for _, name := range names {
-		nc, read, err := buildContext(raw, name, filepath.Dir(abs), o)
+		nc, read, err := buildContext(raw, name, filepath.Dir(abs), o, built)
 		if err != nil {
 			errs = append(errs, &FileError{Path: path, Context: name, Err: err, read: read})
 			continue
@@ -409,10 +411,25 @@ func saysNoContexts(data []byte) bool {
 	return found
 }
 
+// reach is what a context's config is built from: its cluster and user.
+// Contexts naming the same pair have the same config but for their name.
+type reach struct{ cluster, user string }
+
+// reachResult is what buildReach made of a reach.
+type reachResult struct {
+	cfg        *rest.Config
+	refs, read []string
+	err        error
+}
+
 // buildContext builds one context's config. read is what
 // checkFileReferences says the context's content was taken from, also when
-// err is set.
-func buildContext(raw *clientcmdapi.Config, name, dir string, o LoadOptions) (nc *NamedConfig, read []string, err error) {
+// err is set. built holds what was built for the contexts before it: a
+// cluster and user are checked, read and built once however many contexts
+// name them (a kubeconfig of thousands of contexts naming one cluster with
+// megabytes of certificates would otherwise hold a copy of them each, and
+// parse them again for each).
+func buildContext(raw *clientcmdapi.Config, name, dir string, o LoadOptions, built map[reach]*reachResult) (nc *NamedConfig, read []string, err error) {
 	// The context's name is the cluster's: the one gate for names applies
 	// here already, so that the context is reported with its file.
 	if err := ValidateName(name); err != nil {
@@ -422,37 +439,77 @@ func buildContext(raw *clientcmdapi.Config, name, dir string, o LoadOptions) (nc
 	if kctx == nil || kctx.Cluster == "" {
 		return nil, read, fmt.Errorf("%w: context names no cluster", ErrInvalidKubeconfig)
 	}
+	key := reach{kctx.Cluster, kctx.AuthInfo}
+	r, ok := built[key]
+	if !ok {
+		r = &reachResult{}
+		r.cfg, r.refs, r.read, r.err = buildReach(raw, name, dir, o)
+		built[key] = r
+	}
+	if r.err != nil {
+		return nil, slices.Clone(r.read), r.err
+	}
+	nc = NewNamedConfig(name, ownConfig(r.cfg))
+	nc.refs = slices.Clone(r.refs)
+	nc.read = slices.Clone(r.read)
+	return nc, slices.Clone(r.read), nil
+}
+
+// ownConfig copies a config built for several contexts for one of them:
+// what client-go or a member may change (the exec and auth-provider
+// settings, impersonation) is its own; the certificate and key data, which
+// nothing changes, are shared.
+func ownConfig(cfg *rest.Config) *rest.Config {
+	c := new(rest.Config)
+	*c = *cfg
+	if cfg.ExecProvider != nil {
+		c.ExecProvider = cfg.ExecProvider.DeepCopy()
+	}
+	if cfg.AuthProvider != nil {
+		c.AuthProvider = cfg.AuthProvider.DeepCopy()
+	}
+	c.Impersonate.Groups = slices.Clone(cfg.Impersonate.Groups)
+	c.Impersonate.Extra = maps.Clone(cfg.Impersonate.Extra)
+	c.NextProtos = slices.Clone(cfg.NextProtos)
+	return c
+}
+
+// buildReach builds the config of the cluster and user the context name
+// names (see buildContext); refs are the files they named, read those
+// whose content the config holds.
+func buildReach(raw *clientcmdapi.Config, name, dir string, o LoadOptions) (cfg *rest.Config, refs, read []string, err error) {
+	kctx := raw.Contexts[name]
 	cluster := raw.Clusters[kctx.Cluster]
 	if cluster == nil {
-		return nil, read, fmt.Errorf("%w: cluster %s not found", ErrInvalidKubeconfig, QuoteName(kctx.Cluster))
+		return nil, nil, read, fmt.Errorf("%w: cluster %s not found", ErrInvalidKubeconfig, QuoteName(kctx.Cluster))
 	}
 	if cluster.Server == "" {
-		return nil, read, fmt.Errorf("%w: cluster %s has no server", ErrInvalidKubeconfig, QuoteName(kctx.Cluster))
+		return nil, nil, read, fmt.Errorf("%w: cluster %s has no server", ErrInvalidKubeconfig, QuoteName(kctx.Cluster))
 	}
 	var user *clientcmdapi.AuthInfo
 	if kctx.AuthInfo != "" {
 		if user = raw.AuthInfos[kctx.AuthInfo]; user == nil {
-			return nil, read, fmt.Errorf("%w: user %s not found", ErrInvalidKubeconfig, QuoteName(kctx.AuthInfo))
+			return nil, nil, read, fmt.Errorf("%w: user %s not found", ErrInvalidKubeconfig, QuoteName(kctx.AuthInfo))
 		}
 	}
 	if user != nil && !o.AllowAuthPlugins {
 		switch {
 		case user.Exec != nil:
-			return nil, read, fmt.Errorf("%w: user %s has an exec plugin", ErrAuthPluginRefused, QuoteName(kctx.AuthInfo))
+			return nil, nil, read, fmt.Errorf("%w: user %s has an exec plugin", ErrAuthPluginRefused, QuoteName(kctx.AuthInfo))
 		case user.AuthProvider != nil:
-			return nil, read, fmt.Errorf("%w: user %s has an auth-provider", ErrAuthPluginRefused, QuoteName(kctx.AuthInfo))
+			return nil, nil, read, fmt.Errorf("%w: user %s has an auth-provider", ErrAuthPluginRefused, QuoteName(kctx.AuthInfo))
 		}
 	}
-	// Work on copies holding only this context, so that what clientcmd
-	// reads is exactly what was checked, and checked files can be replaced
-	// by their content.
+	// Work on copies holding only this cluster and user, so that what
+	// clientcmd reads is exactly what was checked, and checked files can be
+	// replaced by their content.
 	cluster = cluster.DeepCopy()
 	if user != nil {
 		user = user.DeepCopy()
 	}
-	refs, read, err := checkFileReferences(dir, cluster, user, o)
+	refs, read, err = checkFileReferences(dir, cluster, user, o)
 	if err != nil {
-		return nil, read, err
+		return nil, nil, read, err
 	}
 	one := clientcmdapi.NewConfig()
 	one.Clusters[kctx.Cluster] = cluster
@@ -461,27 +518,24 @@ func buildContext(raw *clientcmdapi.Config, name, dir string, o LoadOptions) (nc
 	}
 	one.Contexts[name] = kctx.DeepCopy()
 
-	cfg, err := clientcmd.NewNonInteractiveClientConfig(*one, name, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
+	cfg, err = clientcmd.NewNonInteractiveClientConfig(*one, name, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
 	if err != nil {
-		return nil, read, fmt.Errorf("%w: %s", ErrInvalidKubeconfig, withoutSecrets(err, cluster, user))
+		return nil, nil, read, fmt.Errorf("%w: %s", ErrInvalidKubeconfig, withoutSecrets(err, cluster, user))
 	}
 	// A server that is no URL would fail later, in an error quoting it
 	// whole, password included.
 	if _, _, err := rest.DefaultServerUrlFor(&rest.Config{Host: cfg.Host}); err != nil {
-		return nil, read, fmt.Errorf("%w: server %s is neither a URL nor a host:port pair", ErrInvalidKubeconfig, quoteRef(RedactURL(cfg.Host)))
+		return nil, nil, read, fmt.Errorf("%w: server %s is neither a URL nor a host:port pair", ErrInvalidKubeconfig, quoteRef(RedactURL(cfg.Host)))
 	}
 	// Certificates that do not parse, and exec plugins client-go does not
 	// run, would only fail later, when the cluster's Manager is built, far
 	// from the file that holds them. Auth providers are not checked: they
 	// are registered by the program that runs.
 	if _, err := rest.TLSConfigFor(&rest.Config{Host: cfg.Host, TLSClientConfig: cfg.TLSClientConfig}); err != nil {
-		return nil, read, fmt.Errorf("%w: TLS settings: %s", ErrInvalidKubeconfig, withoutSecrets(err, cluster, user))
+		return nil, nil, read, fmt.Errorf("%w: TLS settings: %s", ErrInvalidKubeconfig, withoutSecrets(err, cluster, user))
 	}
 	if err := CheckExecPlugin(cfg.ExecProvider); err != nil {
-		return nil, read, fmt.Errorf("%w: user %s: %w", ErrInvalidKubeconfig, QuoteName(kctx.AuthInfo), err)
+		return nil, nil, read, fmt.Errorf("%w: user %s: %w", ErrInvalidKubeconfig, QuoteName(kctx.AuthInfo), err)
 	}
-	nc = NewNamedConfig(name, cfg)
-	nc.refs = refs
-	nc.read = read
-	return nc, read, nil
+	return cfg, refs, read, nil
 }

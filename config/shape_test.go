@@ -1,8 +1,10 @@
 package config
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -169,4 +171,46 @@ func TestKubeconfigOfAliasedTextIsRefusedUndecoded(t *testing.T) {
 			t.Fatalf("2,000 clusters sharing an anchored CA: %d loaded, %v", len(cfgs), err)
 		}
 	})
+}
+
+// Contexts that share a cluster and user share the work of building it and
+// its data: 500 contexts naming one cluster with a 3 MiB CA bundle are not
+// 500 copies of it (1.5 GiB held, and seconds of parsing each time the
+// file is read). Each config is still its own, exec plugin included.
+func TestContextsSharingAClusterShareItsData(t *testing.T) {
+	dir := t.TempDir()
+	selfSigned(t, dir)
+	ca, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A bundle of 3 MiB: the certificate and a block of another kind,
+	// which certificate pools skip.
+	bundle := append(ca, pem.EncodeToMemory(&pem.Block{Type: "PADDING", Bytes: make([]byte, 3<<20)})...)
+	const n = 500
+	var b strings.Builder
+	b.WriteString("clusters:\n- name: c\n  cluster: {server: https://h, certificate-authority-data: " + base64.StdEncoding.EncodeToString(bundle) + "}\n")
+	b.WriteString("users:\n- name: u\n  user: {exec: {command: plugin, apiVersion: client.authentication.k8s.io/v1, interactiveMode: Never}}\ncontexts:\n")
+	for i := range n {
+		fmt.Fprintf(&b, "- {name: c%03d, context: {cluster: c, user: u}}\n", i)
+	}
+	data := b.String()
+	path := filepath.Join(t.TempDir(), "config")
+	writeFile(t, path, []byte(data))
+	var cfgs []*NamedConfig
+	cost := allocated(func() { cfgs, err = LoadFile(path, AllowAuthPlugins()) })
+	if err != nil || len(cfgs) != n {
+		t.Fatalf("%d contexts sharing a cluster: %d loaded, %v", n, len(cfgs), err)
+	}
+	if limit := 16*uint64(len(data)) + 64<<20; cost > limit {
+		t.Errorf("loading a %d MiB kubeconfig of %d contexts sharing one cluster allocated %d MiB", len(data)>>20, n, cost>>20)
+	}
+	for i, c := range cfgs {
+		if c.Name != fmt.Sprintf("c%03d", i) || c.Source != (Source{File: path, Context: c.Name}) || !bytes.Equal(c.Config.CAData, bundle) || c.Config.ExecProvider == nil {
+			t.Fatalf("config %d: %s, source %+v, CA of %d bytes, exec %v", i, c.Name, c.Source, len(c.Config.CAData), c.Config.ExecProvider)
+		}
+		if i > 0 && (c.Config == cfgs[0].Config || c.Config.ExecProvider == cfgs[0].Config.ExecProvider) {
+			t.Fatalf("configs %d and 0 share their *rest.Config or exec plugin", i)
+		}
+	}
 }
