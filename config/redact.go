@@ -27,9 +27,10 @@ var (
 	urlUserinfo = regexp.MustCompile(`(?i)((?:\b[a-z][a-z0-9+.\-]*)?://)[^/?#\s"<>]+@`)
 	// Authorization header values: "Bearer abc", "Basic abc".
 	authScheme = regexp.MustCompile(`(?i)\b(bearer|basic)(\s+)[A-Za-z0-9\-._~+/=]+`)
-	// key: value and key=value pairs whose value is a credential
-	// ("bearerToken": "…", X-Auth-Token: …, api_key=…).
-	secretPair = regexp.MustCompile(`(?i)\b(token|password|passwd|secret|client-key-data|client-certificate-data|access_token|id-token|refresh-token|bearer[_-]?token|auth[_-]?token|api[_-]?key|client[_-]?secret|private[_-]?key)(["']?\s*[:=]\s*["']?)[^\s"',;&}\]]+`)
+	// The key of a key: value or key=value pair whose value is a
+	// credential ("bearerToken": "…", X-Auth-Token: …, api_key=…), up to
+	// its value, which redactPairs reads.
+	secretKey = regexp.MustCompile(`(?i)\b(?:token|password|passwd|secret|client-key-data|client-certificate-data|access_token|id-token|refresh-token|bearer[_-]?token|auth[_-]?token|api[_-]?key|client[_-]?secret|private[_-]?key)\\*["']?\s*[:=]\s*`)
 	// A long opaque word after the name of a credential, as servers and
 	// proxies echo them: "invalid token 7Hq2vX9kLm…". A short word ("token
 	// expired") is prose; so is what follows "secret", most often a
@@ -51,10 +52,70 @@ func Redact(s string) string {
 	}
 	s = urlUserinfo.ReplaceAllString(s, "${1}"+redacted+"@")
 	s = authScheme.ReplaceAllString(s, "${1}${2}"+redacted)
-	s = secretPair.ReplaceAllString(s, "${1}${2}"+redacted)
+	s = redactPairs(s)
 	s = secretWord.ReplaceAllString(s, "${1}${2}"+redacted)
 	s = pemKey.ReplaceAllString(s, "[PRIVATE KEY "+redacted+"]")
 	return s
+}
+
+// redactPairs replaces the value of each pair secretKey finds. A quoted
+// value is replaced whole, spaces and escaped quotes and all, up to its
+// closing quote: a quote escaped as many times as the opening one ("…" in
+// JSON or YAML, \"…\" in a JSON document quoted again by %q, and so on
+// down), or the end of s. An unquoted one ends at a space or a delimiter.
+func redactPairs(s string) string {
+	var b strings.Builder
+	last := 0
+	for last < len(s) {
+		loc := secretKey.FindStringIndex(s[last:])
+		if loc == nil {
+			break
+		}
+		from := last + loc[1]
+		to, quote, closed := pairValue(s, from)
+		b.WriteString(s[last:from])
+		if to > from {
+			b.WriteString(quote + redacted)
+			if closed {
+				b.WriteString(quote)
+			}
+		}
+		last = to
+	}
+	if last == 0 {
+		return s
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+// pairValue reads the value that starts at s[i]: it returns where it
+// ends, its opening quote with the backslashes that escape it ("" when
+// unquoted), and whether a matching closing quote ends it.
+func pairValue(s string, i int) (end int, quote string, closed bool) {
+	j := i
+	for j < len(s) && s[j] == '\\' {
+		j++
+	}
+	if j < len(s) && (s[j] == '"' || s[j] == '\'') {
+		escapes, q := j-i, s[j]
+		for p := j + 1; p < len(s); p++ {
+			if s[p] != q {
+				continue
+			}
+			r := p
+			for r > j+1 && s[r-1] == '\\' {
+				r--
+			}
+			if p-r == escapes {
+				return p + 1, s[i : j+1], true
+			}
+		}
+		return len(s), s[i : j+1], false
+	}
+	for j = i; j < len(s) && !strings.ContainsRune(" \t\n\f\r\"',;&}]\\", rune(s[j])); j++ {
+	}
+	return j, "", false
 }
 
 // RedactURL returns a server address fit for printing: userinfo replaced

@@ -1,8 +1,10 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -97,5 +99,52 @@ func TestRedactErrorFor(t *testing.T) {
 	}
 	if other, ok := errors.AsType[*FileError](err); ok {
 		t.Errorf("errors.As reaches into the original error: %v", other)
+	}
+}
+
+// A quoted credential is replaced whole, spaces and escaped quotes and
+// all, however it is quoted: in JSON, in YAML, in single quotes, and in a
+// JSON document an error quotes again with %q.
+func TestRedactQuotedValuesWhole(t *testing.T) {
+	const value = `pass phrase with "inner" quote-s3cr3t`
+	quoted := strconv.Quote(value) // as JSON writes it
+	inner, err := json.Marshal(map[string]string{"password": value})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nested, err := json.Marshal(map[string]string{"config": string(inner)}) // an Argo CD Secret's config, as JSON
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := []string{
+		`{"password": ` + quoted + `}`,
+		`{"bearerToken":` + quoted + `,"tlsClientConfig":{}}`,
+		`password: ` + quoted,
+		`client_secret = ` + quoted,
+		string(inner),
+		string(nested),
+	}
+	for _, doc := range docs {
+		once := fmt.Sprintf("decoding %q: bad", doc)
+		for _, msg := range []string{doc, once, fmt.Sprintf("loading: %q", once)} {
+			got := Redact(msg)
+			for _, part := range []string{"phrase", "inner", "s3cr3t"} {
+				if strings.Contains(got, part) {
+					t.Errorf("Redact(%s) = %s: %q left", msg, got, part)
+				}
+			}
+		}
+	}
+	for _, msg := range []string{`password='two words s3cr3t'`, `token: 'two words s3cr3t'`} {
+		if got := Redact(msg); strings.Contains(got, "words") || strings.Contains(got, "s3cr3t") {
+			t.Errorf("Redact(%s) = %s", msg, got)
+		}
+	}
+	// What follows the value stays, quotes closed as they were.
+	if got, want := Redact(`{"password": "a b", "user": "admin"}`), `{"password": "REDACTED", "user": "admin"}`; got != want {
+		t.Errorf("Redact = %s, want %s", got, want)
+	}
+	if got, want := Redact(fmt.Sprintf("%q", `{"token":"a b","user":"admin"}`)), `"{\"token\":\"REDACTED\",\"user\":\"admin\"}"`; got != want {
+		t.Errorf("Redact = %s, want %s", got, want)
 	}
 }
