@@ -25,7 +25,27 @@ func execFields(e *clientcmdapi.ExecConfig) any {
 		// gets with the cluster (KUBERNETES_EXEC_INFO): a change to it
 		// alone changes what the plugin is asked for.
 		ClusterInfo string
-	}{e.Command, e.APIVersion, e.Args, e.Env, e.ProvideClusterInfo, e.InteractiveMode, execClusterInfo(e.Config)}
+		// PluginPolicy decides whether client-go runs the command at all:
+		// an allowlist tightened alone must reach the running member.
+		// (client-go tags these fields json:"-": they are spelled out.)
+		PolicyType              clientcmdapi.PolicyType
+		Allowlist               []string
+		StdinUnavailable        bool
+		StdinUnavailableMessage string
+	}{e.Command, e.APIVersion, e.Args, e.Env, e.ProvideClusterInfo, e.InteractiveMode, execClusterInfo(e.Config),
+		e.PluginPolicy.PolicyType, allowlistOf(e.PluginPolicy), e.StdinUnavailable, e.StdinUnavailableMessage}
+}
+
+// allowlistOf is the commands an exec plugin policy allows.
+func allowlistOf(p clientcmdapi.PluginPolicy) []string {
+	if p.Allowlist == nil {
+		return nil
+	}
+	cmds := make([]string, len(p.Allowlist))
+	for i, a := range p.Allowlist {
+		cmds[i] = a.Command
+	}
+	return cmds
 }
 
 // execClusterInfo is the content of an exec extension, as it would be

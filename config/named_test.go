@@ -199,3 +199,27 @@ func TestFingerprintCoversExecClusterInfo(t *testing.T) {
 		t.Error("the same exec extension gave two fingerprints")
 	}
 }
+
+// An exec plugin's policy (which commands client-go may run) and its stdin
+// settings count: an allowlist tightened alone changes the fingerprint, so
+// the running member is updated to it.
+func TestFingerprintCoversExecPolicy(t *testing.T) {
+	with := func(change func(*clientcmdapi.ExecConfig)) string {
+		e := &clientcmdapi.ExecConfig{Command: "plugin", APIVersion: "client.authentication.k8s.io/v1"}
+		change(e)
+		return NewNamedConfig("a", &rest.Config{Host: "https://127.0.0.1:6443", ExecProvider: e}).Fingerprint()
+	}
+	base := with(func(*clientcmdapi.ExecConfig) {})
+	for name, change := range map[string]func(*clientcmdapi.ExecConfig){
+		"policy": func(e *clientcmdapi.ExecConfig) { e.PluginPolicy.PolicyType = clientcmdapi.PluginPolicyDenyAll },
+		"allowlist": func(e *clientcmdapi.ExecConfig) {
+			e.PluginPolicy = clientcmdapi.PluginPolicy{PolicyType: clientcmdapi.PluginPolicyAllowlist, Allowlist: []clientcmdapi.AllowlistEntry{{Command: "plugin"}}}
+		},
+		"stdin":         func(e *clientcmdapi.ExecConfig) { e.StdinUnavailable = true },
+		"stdin message": func(e *clientcmdapi.ExecConfig) { e.StdinUnavailableMessage = "no stdin here" },
+	} {
+		if with(change) == base {
+			t.Errorf("a change of the exec plugin's %s left the fingerprint alone", name)
+		}
+	}
+}
