@@ -81,10 +81,12 @@ func AllowAuthPlugins() LoadOption {
 // to client-go, which reads them when it connects and again later (a
 // rotated token, a renewed certificate), so a root must be a place whose
 // content the caller trusts: whoever writes the kubeconfig decides which of
-// its files are sent to the server the kubeconfig names. Files in the
-// kubeconfig's own directory, outside the roots, are still read by mccr
-// once, as without this option: whoever writes the kubeconfig may swap one
-// for a link to anywhere once it is checked.
+// its files are sent to the server the kubeconfig names. Only a path that
+// lies in a root as written is left to client-go; one that reaches a root
+// through a link elsewhere (in the kubeconfig's own directory, in /tmp) is
+// read by mccr once, as are files in the kubeconfig's own directory: the
+// link's or the directory's writer may point it anywhere once it is
+// checked.
 //
 // Without this option a kubeconfig loaded from a directory, or by a file
 // watcher, may only name files in its own directory. mccr reads those once,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -87,6 +88,12 @@ func checkFileReferences(dir string, cluster *clientcmdapi.Cluster, user *client
 	// a link to anywhere. Only the caller's roots are trusted to keep what
 	// was checked, so only their files are left to client-go.
 	own := allowed[:1]
+	// A file is left to client-go only if the path it reads again lies in a
+	// caller root as written, not only once resolved: a path through any
+	// other directory (the kubeconfig's own, /tmp) passes links that their
+	// writer may point elsewhere after the check.
+	given := givenRoots(o.FileReferenceRoots, allowed[1:])
+	ownAsWritten := givenRoots([]string{dir}, own)
 	// failed is the read list that goes with an error about path p.
 	failed := func(p string) []string {
 		if !within(filepath.Clean(p), []string{filepath.Clean(dir)}) {
@@ -108,15 +115,15 @@ func checkFileReferences(dir string, cluster *clientcmdapi.Cluster, user *client
 		if !within(resolved, allowed) {
 			return nil, read, fmt.Errorf("%w: %s %s leads out of %s", ErrFileReferenceRefused, r.field, quoteRef(p), quoteIfOdd(dir))
 		}
-		trusted := !within(resolved, own)
+		asWritten := p
+		if abs, err := filepath.Abs(p); err == nil {
+			asWritten = abs
+		}
+		trusted := !within(resolved, own) && within(asWritten, given) && !within(asWritten, ownAsWritten)
 		if r.set && !trusted {
 			return nil, read, fmt.Errorf("%w: both %s and %s are set", ErrInvalidKubeconfig, r.field, r.other)
 		}
-		roots := allowed
-		if !trusted {
-			roots = own
-		}
-		data, err := readReferenced(resolved, roots)
+		data, err := readReferenced(resolved, allowed)
 		if err != nil {
 			return nil, failed(p), fmt.Errorf("%w: %s %s: %v", ErrInvalidKubeconfig, r.field, quoteRef(p), err) //nolint:errorlint // as above
 		}
@@ -175,6 +182,18 @@ func allowedRoots(dir string, roots []string) ([]string, error) {
 		out = append(out, abs)
 	}
 	return out, nil
+}
+
+// givenRoots is the directories of roots as given (absolute, cleaned,
+// links not followed), with their resolved forms (resolved).
+func givenRoots(roots, resolved []string) []string {
+	out := slices.Clone(resolved)
+	for _, r := range roots {
+		if abs, err := filepath.Abs(r); err == nil {
+			out = append(out, abs)
+		}
+	}
+	return out
 }
 
 // within says whether the resolved path p lies under one of roots.

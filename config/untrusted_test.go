@@ -388,3 +388,91 @@ func FuzzLoadDirectory(f *testing.F) {
 		}
 	})
 }
+
+// TestTokenFileLinkedIntoARootIsReadOnce: with AllowFileReferences(root),
+// a kubeconfig's tokenFile that reaches a file of the root through a link
+// of its own directory, or of any other place, is read once by mccr: the
+// link's writer may point it at the controller's token after the check.
+// A file named in the root itself is left to client-go, which reads it
+// again as it changes.
+func TestTokenFileLinkedIntoARootIsReadOnce(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	attacker := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Authorization"))
+		mu.Unlock()
+		_, _ = w.Write([]byte(`{"major":"1","minor":"37"}`))
+	}))
+	defer attacker.Close()
+
+	secretFile := filepath.Join(t.TempDir(), "token")
+	writeFile(t, secretFile, []byte(outsideSecret+"\n"))
+	root := t.TempDir()
+	rootToken := filepath.Join(root, "token")
+	writeFile(t, rootToken, []byte("root-token\n"))
+	elsewhere := t.TempDir()
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "files"), 0o700); err != nil { // the loader reads the directory's files alone
+		t.Fatal(err)
+	}
+	links := []string{filepath.Join(dir, "files", "tok"), filepath.Join(elsewhere, "tok")}
+	for _, l := range links {
+		symlink(t, rootToken, l)
+	}
+	symlink(t, root, filepath.Join(dir, "files", "rootdir"))
+	writeFile(t, filepath.Join(dir, "own.kubeconfig"), refKubeconfig("own", attacker.URL, "", "tokenFile: files/tok"))
+	writeFile(t, filepath.Join(dir, "other.kubeconfig"), refKubeconfig("other", attacker.URL, "", "tokenFile: "+links[1]))
+	writeFile(t, filepath.Join(dir, "viadir.kubeconfig"), refKubeconfig("viadir", attacker.URL, "", "tokenFile: files/rootdir/token"))
+	writeFile(t, filepath.Join(dir, "root.kubeconfig"), refKubeconfig("root", attacker.URL, "", "tokenFile: "+rootToken))
+
+	cfgs, err := LoadConfigsFromConfigFile(dir, AllowFileReferences(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// After the load, every link the kubeconfigs' writers own leads to the
+	// controller's token.
+	for _, l := range links {
+		if err := os.Remove(l); err != nil {
+			t.Fatal(err)
+		}
+		symlink(t, secretFile, l)
+	}
+	if err := os.Remove(filepath.Join(dir, "files", "rootdir")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "files", "rootdir"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	symlink(t, secretFile, filepath.Join(dir, "files", "rootdir", "token"))
+
+	for _, c := range cfgs {
+		want := ""
+		if c.Name == "root" {
+			want = rootToken
+		}
+		if c.Config.BearerTokenFile != want {
+			t.Errorf("%s: BearerTokenFile = %q, want %q", c.Name, c.Config.BearerTokenFile, want)
+		}
+		rt, err := rest.TransportFor(c.Config)
+		if err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		req, _ := http.NewRequest(http.MethodGet, attacker.URL+"/version", nil)
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		_ = resp.Body.Close() // best effort: only the request's header is checked
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 4 {
+		t.Errorf("attacker saw %d requests, want 4", len(seen))
+	}
+	for _, h := range seen {
+		if h != "Bearer root-token" {
+			t.Errorf("attacker saw %q, want the root's token as checked", h)
+		}
+	}
+}
