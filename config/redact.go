@@ -103,17 +103,32 @@ func pairValue(s string, i int) (end int, quote string, closed bool) {
 			if s[p] != q {
 				continue
 			}
+			if q == '\'' && escapes == 0 && p+1 < len(s) && s[p+1] == '\'' {
+				p++ // YAML's '' in a single-quoted value
+				continue
+			}
 			r := p
 			for r > j+1 && s[r-1] == '\\' {
 				r--
 			}
-			if p-r == escapes {
+			// The quote closes the value when its backslashes are those
+			// of the opening quote, after any number of escaped
+			// backslashes at the value's own depth (each doubled as often).
+			if k := p - r; k%(2*(escapes+1)) == escapes {
 				return p + 1, s[i : j+1], true
 			}
 		}
 		return len(s), s[i : j+1], false
 	}
-	for j = i; j < len(s) && !strings.ContainsRune(" \t\n\f\r\"',;&}]\\", rune(s[j])); j++ {
+	// Unquoted: up to a space, a delimiter, or an escaped quote (the end of
+	// a quoted text the pair stands in).
+	for j = i; j < len(s); j++ {
+		if strings.IndexByte(" \t\n\f\r\"',;&}]", s[j]) >= 0 {
+			break
+		}
+		if s[j] == '\\' && j+1 < len(s) && (s[j+1] == '"' || s[j+1] == '\'') {
+			break
+		}
 	}
 	return j, "", false
 }

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -60,6 +62,30 @@ func FuzzRedactURL(f *testing.F) {
 			if got := redact(s); strings.Contains(got, password) && !strings.Contains(redact(other), password) {
 				t.Fatalf("the password %q of %q is in %q", password, s, got)
 			}
+		}
+	})
+}
+
+// FuzzRedactQuotedValue: a credential of any content, written in a JSON
+// document as encoding/json writes it, is replaced whole, and the rest of
+// the document stays as it was; so it is when an error quotes the document
+// with %q.
+func FuzzRedactQuotedValue(f *testing.F) {
+	for _, seed := range []string{"s3cr3t", "two words", `say "hi"`, `ends in \`, `\\"`, "it's", "a\nb", "ünïcödé"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, value string) {
+		v, err := json.Marshal(value)
+		if err != nil {
+			return
+		}
+		doc := `{"password":` + string(v) + `,"user":"admin"}`
+		want := `{"password":"REDACTED","user":"admin"}`
+		if got := Redact(doc); got != want {
+			t.Fatalf("Redact(%s) = %s, want %s", doc, got, want)
+		}
+		if got, want := Redact(fmt.Sprintf("%q", doc)), fmt.Sprintf("%q", want); got != want {
+			t.Fatalf("Redact(%q) = %s, want %s", doc, got, want)
 		}
 	})
 }

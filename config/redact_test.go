@@ -140,6 +140,23 @@ func TestRedactQuotedValuesWhole(t *testing.T) {
 			t.Errorf("Redact(%s) = %s", msg, got)
 		}
 	}
+	// Backslashes belong to an unquoted value (a domain account, a Windows
+	// path), and a YAML single-quoted value doubles its apostrophes.
+	for _, msg := range []string{`password=ab\cd-s3cr3t`, `token=CORP\svc-s3cr3t rejected`, `password: 'it''s-s3cr3t'`, `api_key=\\s3cr3t`} {
+		if got := Redact(msg); strings.Contains(got, "s3cr3t") {
+			t.Errorf("Redact(%s) = %s", msg, got)
+		}
+	}
+	// A value that ends in an escaped backslash ends at its quote.
+	for msg, want := range map[string]string{
+		`{"password":"a\\","user":"admin"}`:                           `{"password":"REDACTED","user":"admin"}`,
+		fmt.Sprintf("%q", `{"password":"a\\","user":"admin"}`):        `"{\"password\":\"REDACTED\",\"user\":\"admin\"}"`,
+		fmt.Sprintf("%q", `{"password":"say \"hi\"","user":"admin"}`): `"{\"password\":\"REDACTED\",\"user\":\"admin\"}"`,
+	} {
+		if got := Redact(msg); got != want {
+			t.Errorf("Redact(%s) = %s, want %s", msg, got, want)
+		}
+	}
 	// What follows the value stays, quotes closed as they were.
 	if got, want := Redact(`{"password": "a b", "user": "admin"}`), `{"password": "REDACTED", "user": "admin"}`; got != want {
 		t.Errorf("Redact = %s, want %s", got, want)
