@@ -42,10 +42,11 @@ type heartbeat struct {
 	// renewed is the send time of the last renewal the API server
 	// acknowledged (nil: none yet): the replica's claims stand until
 	// RenewDeadline after it, as the others see them until LeaseDuration
-	// after it. The time.Time itself is kept, monotonic reading and all:
-	// a step of the wall clock (an NTP step, a resumed VM) must not stretch
-	// the deadline, as the other replicas measure theirs on their own
-	// monotonic clocks.
+	// after it. The time.Time itself is kept, monotonic reading and all,
+	// and healthy measures on both clocks: a backward step of the wall
+	// clock (an NTP step) must not stretch the deadline, nor a suspension
+	// that stops the monotonic clock (a resumed VM), as the other replicas
+	// go on counting theirs.
 	renewed   atomic.Pointer[time.Time]
 	last      *coordinationv1.Lease // the version last written or read; nil: read first
 	wrote     bool                  // renewed at least once
@@ -88,7 +89,10 @@ func (h *heartbeat) due(now time.Time) bool {
 // sent within the renew deadline: only then may it run clusters.
 func (h *heartbeat) healthy(now time.Time) bool {
 	last := h.renewed.Load()
-	return last != nil && now.Sub(*last) < h.o.RenewDeadline
+	// On both clocks: the monotonic one ignores steps of the wall clock,
+	// but may stand still while the machine is suspended, when the wall
+	// clock goes on (as the other replicas' clocks do).
+	return last != nil && now.Sub(*last) < h.o.RenewDeadline && now.Round(0).Sub(last.Round(0)) < h.o.RenewDeadline
 }
 
 // alone reports whether no other process has written this replica's Lease
