@@ -14,33 +14,27 @@ import (
 // a replica that does not lead) runs no member until it leads, and is as
 // ready as it will be: the check passes there, so that a rollout that
 // waits for new replicas to be ready can go on. So is a sharded replica
-// that runs fewer than minReady members: it passes once those are Ready.
+// assigned fewer than minReady members: it passes once it has joined and
+// those are Ready (none: at once), and fails while it may run none (before
+// it joined, its Lease not renewed in time).
 func (s *Server) FleetReadyCheck(minReady int) healthz.Checker {
 	return func(*http.Request) error {
 		if s.coldStandby() {
 			return nil
 		}
 		want := minReady
-		if s.shard != nil {
-			want = min(want, s.runsHere())
+		if s.shard != nil && minReady > 0 {
+			share, ok := s.shard.Share()
+			if !ok {
+				return errors.New("sharding: this replica has not joined, or may run no cluster now (its Lease not renewed in time)")
+			}
+			want = min(want, share)
 		}
 		if n := len(s.routes.ReadyClusters()); n < want {
 			return fmt.Errorf("%d of at least %d member clusters ready", n, want)
 		}
 		return nil
 	}
-}
-
-// runsHere counts the members this replica may run (with sharding, those
-// whose Leases it holds).
-func (s *Server) runsHere() int {
-	n := 0
-	for _, c := range s.clusters.all() {
-		if c.runsHere() {
-			n++
-		}
-	}
-	return n
 }
 
 // coldStandby says whether this replica keeps its members stopped until

@@ -1098,6 +1098,20 @@ func TestShardingStopHandsOverOnASlowHost(t *testing.T) {
 // new replicas to be ready never goes on.
 func TestShardingFleetReadyCheck(t *testing.T) {
 	h := newShardHarness(t, 1)
+	// A replica that has not joined (here: not started) may run none yet:
+	// it is not ready, however few clusters it will be given.
+	idle, err := server.NewServer(fleet.Cluster("host").Config, ctrl.Options{
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+	}, server.WithSharding(server.ShardingOptions{Identity: "idle", Namespace: h.ns, Group: "shard-test"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idle.FleetReadyCheck(1)(nil) == nil {
+		t.Error("FleetReadyCheck(1) passes on a sharded replica that has not joined")
+	}
+	if err := idle.FleetReadyCheck(0)(nil); err != nil {
+		t.Errorf("FleetReadyCheck(0) = %v, want it to pass", err)
+	}
 	replicas := map[string]replica{"a": h.start("a", nil), "b": h.start("b", nil)}
 	h.settled(replicas)
 	test.Eventually(t, 30*time.Second, "FleetReadyCheck(1) passes on both replicas", func() bool {

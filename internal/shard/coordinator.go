@@ -78,8 +78,12 @@ type Coordinator struct {
 	epoch   int64
 	joined  bool // healthy once
 	leaving bool
-	writes  *failures // of cluster Leases and deletions
-	budget  int
+	// share is how many clusters the last step assigned to this replica,
+	// or -1 while it may run none (not joined, its Lease not renewed, not
+	// alone with its identity, leaving): read by Share.
+	share  atomic.Int64
+	writes *failures // of cluster Leases and deletions
+	budget int
 }
 
 // ownTag is what told holds for a cluster this replica was told to run.
@@ -109,6 +113,7 @@ func New(leases coordclient.LeaseInterface, members Members, o Options) *Coordin
 		records: map[string]any{},
 		held:    map[string]heldMark{},
 	}
+	c.share.Store(-1) // not joined yet
 	c.cache = newCache(o.Clock, o.Group, o.RenewDeadline, o.LeaseDuration, c.poke)
 	// A list of many Leases on a loaded server takes longer than a renewal.
 	c.watch = newWatcher(leases, o.Group, c.cache, o.Clock, o.RetryPeriod, max(o.LeaseDuration, 10*time.Second), log)
@@ -162,6 +167,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		case <-t.C():
 		}
 	}
+	c.share.Store(-1)
 	c.leave()
 	return nil
 }
@@ -275,6 +281,7 @@ func (c *Coordinator) step(ctx context.Context) {
 	}
 	slices.Sort(names)
 	assigned := Assign(Input{Replicas: live, Names: names, Pins: c.pins(snap, live), LoadFactor: c.loadFactor(snap, live)})
+	c.share.Store(shareOf(assigned, c.o.Identity, run))
 	c.budget = maxRequestsPerStep
 	concerned := c.concerned(names, snap)
 	c.renewed(concerned, records)
@@ -298,6 +305,34 @@ func (c *Coordinator) step(ctx context.Context) {
 	if c.budget <= 0 {
 		c.poke() // more to do: go on at once
 	}
+}
+
+// shareOf is the Share of replica id under assigned: -1 when it may not
+// run clusters.
+func shareOf(assigned map[string]string, id string, run bool) int64 {
+	if !run {
+		return -1
+	}
+	var n int64
+	for _, owner := range assigned {
+		if owner == id {
+			n++
+		}
+	}
+	return n
+}
+
+// Share reports how many clusters the replica's last step assigned to it,
+// and false until it has joined, or while it may run none (its Lease not
+// renewed in time, another process renewing it, leaving). The clusters
+// assigned are not all running yet: those another replica still hands
+// over, and those starting, are among them.
+func (c *Coordinator) Share() (int, bool) {
+	n := c.share.Load()
+	if n < 0 || !c.hb.healthy(c.o.Clock.Now()) {
+		return 0, false
+	}
+	return int(n), true
 }
 
 // keepOnly drops from m the names not in sorted.
