@@ -75,13 +75,17 @@ func TestAddAfterStartReturnedIsRefused(t *testing.T) {
 	ns := testNamespace(t)
 	r := startServer(t, ns, nil)
 	addReady(t, r.srv, "m1")
-	if err := r.srv.Start(context.Background()); !errors.Is(err, server.ErrAlreadyStarted) {
+	// A Start that ran would run until its ctx ends: bounded, a regression
+	// fails here rather than hang.
+	second, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := r.srv.Start(second); !errors.Is(err, server.ErrAlreadyStarted) {
 		t.Errorf("a second Start while the first runs: %v, want ErrAlreadyStarted", err)
 	}
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.srv.Start(context.Background()); !errors.Is(err, server.ErrAlreadyStarted) {
+	if err := r.srv.Start(second); !errors.Is(err, server.ErrAlreadyStarted) {
 		t.Errorf("Start once the first returned: %v, want ErrAlreadyStarted", err)
 	}
 	if err := r.srv.Add(config.NewNamedConfig("late", fakeMember(t, "x").Config())); !errors.Is(err, server.ErrServerStopped) {

@@ -1075,7 +1075,8 @@ func TestShardingStopHandsOverOnASlowHost(t *testing.T) {
 			return next.RoundTrip(req)
 		})
 	}
-	a := h.launch(replicaSpec{id: "a", wrap: slowWrites, lease: 12 * time.Second, renew: 4 * time.Second, retry: time.Second})
+	// A long lease: the handover has until its end, on a loaded machine too.
+	a := h.launch(replicaSpec{id: "a", wrap: slowWrites, lease: 20 * time.Second, renew: 4 * time.Second, retry: time.Second})
 	test.Eventually(t, 60*time.Second, "a runs every cluster", func() bool { return h.owned("a") })
 	slow.Store(true)
 	if err := a.stop(); err != nil {
