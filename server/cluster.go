@@ -371,14 +371,6 @@ func (c *cluster) kick() {
 	}
 }
 
-// runsHere reports whether the name is part of the fleet and this replica
-// may run it.
-func (c *cluster) runsHere() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.desired != nil && c.local
-}
-
 // known reports whether the name is part of the fleet (desired).
 func (c *cluster) known() bool {
 	c.mu.Lock()
