@@ -139,16 +139,49 @@ func TestTokenFileIsNeverSentToAnAttacker(t *testing.T) {
 	t.Run("other roots allowed", func(t *testing.T) { tokenFileNeverSent(t, AllowFileReferences(t.TempDir())) })
 }
 
-func tokenFileNeverSent(t *testing.T, opts ...LoadOption) {
-	var mu sync.Mutex
-	var seen []string
-	attacker := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		seen = append(seen, r.Header.Get("Authorization"))
-		mu.Unlock()
+// attackerServer is a TLS server that kubeconfigs under test name, which
+// records the Authorization header of every request it is sent.
+type attackerServer struct {
+	*httptest.Server
+	mu   sync.Mutex
+	seen []string
+}
+
+func newAttackerServer(t *testing.T) *attackerServer {
+	a := &attackerServer{}
+	a.Server = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		a.seen = append(a.seen, r.Header.Get("Authorization"))
+		a.mu.Unlock()
 		_, _ = w.Write([]byte(`{"major":"1","minor":"37"}`))
 	}))
-	defer attacker.Close()
+	t.Cleanup(a.Close)
+	return a
+}
+
+// callEach sends one request through each config, as its member would, and
+// returns the Authorization headers the server saw.
+func (a *attackerServer) callEach(t *testing.T, cfgs []*NamedConfig) []string {
+	t.Helper()
+	for _, c := range cfgs {
+		rt, err := rest.TransportFor(c.Config)
+		if err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		req, _ := http.NewRequest(http.MethodGet, a.URL+"/version", nil)
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		_ = resp.Body.Close() // best effort: only the request's header is checked
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.seen)
+}
+
+func tokenFileNeverSent(t *testing.T, opts ...LoadOption) {
+	attacker := newAttackerServer(t)
 
 	outside := t.TempDir()
 	secretFile := filepath.Join(outside, "token")
@@ -173,20 +206,7 @@ func tokenFileNeverSent(t *testing.T, opts ...LoadOption) {
 	}
 	symlink(t, secretFile, filepath.Join(dir, "swap-token"))
 
-	for _, c := range cfgs {
-		rt, err := rest.TransportFor(c.Config)
-		if err != nil {
-			t.Fatalf("%s: %v", c.Name, err)
-		}
-		req, _ := http.NewRequest(http.MethodGet, attacker.URL+"/version", nil)
-		resp, err := rt.RoundTrip(req)
-		if err != nil {
-			t.Fatalf("%s: %v", c.Name, err)
-		}
-		_ = resp.Body.Close() // best effort: only the request's destination is checked
-	}
-	mu.Lock()
-	defer mu.Unlock()
+	seen := attacker.callEach(t, cfgs)
 	if got := names(cfgs); !slices.Equal(got, []string{"swap"}) {
 		t.Errorf("configs = %v, want [swap]", got)
 	}
@@ -396,15 +416,7 @@ func FuzzLoadDirectory(f *testing.F) {
 // A file named in the root itself is left to client-go, which reads it
 // again as it changes.
 func TestTokenFileLinkedIntoARootIsReadOnce(t *testing.T) {
-	var mu sync.Mutex
-	var seen []string
-	attacker := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		seen = append(seen, r.Header.Get("Authorization"))
-		mu.Unlock()
-		_, _ = w.Write([]byte(`{"major":"1","minor":"37"}`))
-	}))
-	defer attacker.Close()
+	attacker := newAttackerServer(t)
 
 	secretFile := filepath.Join(t.TempDir(), "token")
 	writeFile(t, secretFile, []byte(outsideSecret+"\n"))
@@ -454,19 +466,8 @@ func TestTokenFileLinkedIntoARootIsReadOnce(t *testing.T) {
 		if c.Config.BearerTokenFile != want {
 			t.Errorf("%s: BearerTokenFile = %q, want %q", c.Name, c.Config.BearerTokenFile, want)
 		}
-		rt, err := rest.TransportFor(c.Config)
-		if err != nil {
-			t.Fatalf("%s: %v", c.Name, err)
-		}
-		req, _ := http.NewRequest(http.MethodGet, attacker.URL+"/version", nil)
-		resp, err := rt.RoundTrip(req)
-		if err != nil {
-			t.Fatalf("%s: %v", c.Name, err)
-		}
-		_ = resp.Body.Close() // best effort: only the request's header is checked
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	seen := attacker.callEach(t, cfgs)
 	if len(seen) != 4 {
 		t.Errorf("attacker saw %d requests, want 4", len(seen))
 	}

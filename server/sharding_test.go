@@ -975,18 +975,7 @@ func TestShardingHandoverPastAReplicaWithoutTheCluster(t *testing.T) {
 			var faults leaseFaults
 			var slow atomic.Bool
 			slow.Store(true)
-			slowWrites := func(next http.RoundTripper) http.RoundTripper {
-				return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-					if slow.Load() && req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/leases/") && strings.Contains(path.Base(req.URL.Path), "-c-") {
-						select {
-						case <-time.After(300 * time.Millisecond):
-						case <-req.Context().Done():
-							return nil, req.Context().Err()
-						}
-					}
-					return next.RoundTrip(req)
-				})
-			}
+			slowWrites := slowClusterLeaseWrites(&slow, 300*time.Millisecond)
 			spec := replicaSpec{lease: lease, renew: renew, retry: retry}
 			a := h.launch(withID(spec, "a", faults.wrap, nil))
 			h.launch(withID(spec, "b", slowWrites, nil))
@@ -1053,6 +1042,23 @@ func TestShardingLoadFactorsThatDiffer(t *testing.T) {
 	h.noDoubles()
 }
 
+// slowClusterLeaseWrites wraps a replica's transport so that, while slow
+// is set, each write of a cluster Lease waits d before it is sent.
+func slowClusterLeaseWrites(slow *atomic.Bool, d time.Duration) func(http.RoundTripper) http.RoundTripper {
+	return func(next http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			if slow.Load() && req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/leases/") && strings.Contains(path.Base(req.URL.Path), "-c-") {
+				select {
+				case <-time.After(d):
+				case <-req.Context().Done():
+					return nil, req.Context().Err()
+				}
+			}
+			return next.RoundTrip(req)
+		})
+	}
+}
+
 // TestShardingStopHandsOverOnASlowHost: a replica stops while its host
 // answers every write of a cluster Lease slowly (0.8 s): its handover (8
 // releases, one after another) outlasts StopTimeout (the members' graceful
@@ -1063,18 +1069,7 @@ func TestShardingLoadFactorsThatDiffer(t *testing.T) {
 func TestShardingStopHandsOverOnASlowHost(t *testing.T) {
 	h := newShardHarness(t, 8)
 	var slow atomic.Bool
-	slowWrites := func(next http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			if slow.Load() && req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/leases/") && strings.Contains(path.Base(req.URL.Path), "-c-") {
-				select {
-				case <-time.After(800 * time.Millisecond):
-				case <-req.Context().Done():
-					return nil, req.Context().Err()
-				}
-			}
-			return next.RoundTrip(req)
-		})
-	}
+	slowWrites := slowClusterLeaseWrites(&slow, 800*time.Millisecond)
 	// A long lease: the handover has until its end, on a loaded machine too.
 	a := h.launch(replicaSpec{id: "a", wrap: slowWrites, lease: 20 * time.Second, renew: 4 * time.Second, retry: time.Second})
 	test.Eventually(t, 60*time.Second, "a runs every cluster", func() bool { return h.owned("a") })

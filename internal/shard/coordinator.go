@@ -465,17 +465,8 @@ func (c *Coordinator) peers(snap map[string]entry, now time.Time) []string {
 // them (during a rolling update that changes them) still agree on where
 // each cluster runs.
 func (c *Coordinator) pins(snap map[string]entry, live []string) map[string]string {
-	if len(c.o.Pins) == 0 {
+	if len(c.o.Pins) == 0 || !c.othersDeclare(snap, live, func(r record) string { return r.pins }, c.o.pins) {
 		return nil
-	}
-	for _, id := range live {
-		if id == c.o.Identity {
-			continue
-		}
-		e, ok := snap[ReplicaLeaseName(c.o.Group, id)]
-		if !ok || e.rec.pins != "" && e.rec.pins != c.o.pins {
-			return nil
-		}
 	}
 	return c.o.Pins
 }
@@ -485,16 +476,29 @@ func (c *Coordinator) pins(snap map[string]entry, live []string) map[string]stri
 // that replicas that differ on it (during a rolling update that changes
 // it) still agree on where each cluster runs.
 func (c *Coordinator) loadFactor(snap map[string]entry, live []string) float64 {
+	if !c.othersDeclare(snap, live, func(r record) string { return r.loadFactor }, c.o.loadFactor) {
+		return DefaultLoadFactor
+	}
+	return c.o.LoadFactor
+}
+
+// othersDeclare reports whether every other live replica's Lease is in
+// snap and declares, by field, what this replica does (want), or nothing:
+// a replica of a release before the setting declares none, and agrees.
+func (c *Coordinator) othersDeclare(snap map[string]entry, live []string, field func(record) string, want string) bool {
 	for _, id := range live {
 		if id == c.o.Identity {
 			continue
 		}
 		e, ok := snap[ReplicaLeaseName(c.o.Group, id)]
-		if !ok || e.rec.loadFactor != "" && e.rec.loadFactor != c.o.loadFactor {
-			return DefaultLoadFactor
+		if !ok {
+			return false
+		}
+		if v := field(e.rec); v != "" && v != want {
+			return false
 		}
 	}
-	return c.o.LoadFactor
+	return true
 }
 
 // confirmAlive reads replica id's Lease from the API server before this
