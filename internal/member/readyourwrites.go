@@ -89,9 +89,7 @@ func (c *consistentReads) List(ctx context.Context, list client.ObjectList, opts
 		return err
 	}
 	if s := c.scoped(); s != nil {
-		var lo client.ListOptions
-		lo.ApplyOptions(opts)
-		if err := s.outside(list, lo.Namespace); err != nil {
+		if err := s.outsideList(list, opts); err != nil {
 			return err
 		}
 	}

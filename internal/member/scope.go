@@ -465,12 +465,17 @@ func (c *scopedReads) Get(ctx context.Context, key client.ObjectKey, obj client.
 }
 
 func (c *scopedReads) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	var lo client.ListOptions
-	lo.ApplyOptions(opts)
-	if err := c.outside(list, lo.Namespace); err != nil {
+	if err := c.outsideList(list, opts); err != nil {
 		return err
 	}
 	return c.Cache.List(ctx, list, opts...)
+}
+
+// outsideList is outside for a List with opts.
+func (c *scopedReads) outsideList(list client.ObjectList, opts []client.ListOption) error {
+	var lo client.ListOptions
+	lo.ApplyOptions(opts)
+	return c.outside(list, lo.Namespace)
 }
 
 // outside returns the error for a read of obj's kind in namespace ns ("":
