@@ -97,9 +97,7 @@ func (o *Options) defaults() {
 		o.Clock = clock.RealClock{}
 	}
 	o.pins = PinsKey(o.Pins)
-	if !(o.LoadFactor >= 1) { // NaN too
-		o.LoadFactor = DefaultLoadFactor
-	}
+	o.LoadFactor = validLoadFactor(o.LoadFactor)
 	o.loadFactor = strconv.FormatFloat(o.LoadFactor, 'g', -1, 64)
 	if o.Writer == "" {
 		b := make([]byte, 8)

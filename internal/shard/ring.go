@@ -42,11 +42,7 @@ func Assign(in Input) map[string]string {
 	for _, r := range replicas {
 		live[r] = true
 	}
-	factor := in.LoadFactor
-	if factor < 1 {
-		factor = DefaultLoadFactor
-	}
-	capacity := int(math.Ceil(factor * float64(len(in.Names)) / float64(len(replicas))))
+	capacity := int(math.Ceil(validLoadFactor(in.LoadFactor) * float64(len(in.Names)) / float64(len(replicas))))
 	load := make(map[string]int, len(replicas))
 
 	type item struct {
@@ -124,4 +120,12 @@ func hash(s string) uint64 {
 	x *= 0x94d049bb133111eb
 	x ^= x >> 31
 	return x
+}
+
+// validLoadFactor is f, or DefaultLoadFactor when f is below 1 or NaN.
+func validLoadFactor(f float64) float64 {
+	if !(f >= 1) {
+		return DefaultLoadFactor
+	}
+	return f
 }

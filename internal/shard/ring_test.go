@@ -31,14 +31,17 @@ func TestAssignBoundsLoad(t *testing.T) {
 			for i := range tc.replicas {
 				rs = append(rs, fmt.Sprintf("replica-%d", i))
 			}
-			a := Assign(Input{Replicas: rs, Names: names(tc.clusters)})
-			if len(a) != tc.clusters {
-				t.Fatalf("%d of %d clusters assigned", len(a), tc.clusters)
-			}
-			limit := int(math.Ceil(DefaultLoadFactor * float64(tc.clusters) / float64(tc.replicas)))
-			for r, n := range loads(a) {
-				if n > limit {
-					t.Errorf("%s carries %d clusters, over the bound %d", r, n, limit)
+			// No factor, one below 1 and NaN are all the default.
+			for _, factor := range []float64{0, 0.5, math.NaN()} {
+				a := Assign(Input{Replicas: rs, Names: names(tc.clusters), LoadFactor: factor})
+				if len(a) != tc.clusters {
+					t.Fatalf("factor %v: %d of %d clusters assigned", factor, len(a), tc.clusters)
+				}
+				limit := int(math.Ceil(DefaultLoadFactor * float64(tc.clusters) / float64(tc.replicas)))
+				for r, n := range loads(a) {
+					if n > limit {
+						t.Errorf("factor %v: %s carries %d clusters, over the bound %d", factor, r, n, limit)
+					}
 				}
 			}
 		})
