@@ -89,10 +89,16 @@ func (h *heartbeat) due(now time.Time) bool {
 // sent within the renew deadline: only then may it run clusters.
 func (h *heartbeat) healthy(now time.Time) bool {
 	last := h.renewed.Load()
-	// On both clocks: the monotonic one ignores steps of the wall clock,
-	// but may stand still while the machine is suspended, when the wall
-	// clock goes on (as the other replicas' clocks do).
-	return last != nil && now.Sub(*last) < h.o.RenewDeadline && now.Round(0).Sub(last.Round(0)) < h.o.RenewDeadline
+	return last != nil && within(*last, now, h.o.RenewDeadline)
+}
+
+// within reports whether now is less than d after since on both clocks:
+// the monotonic one ignores steps of the wall clock, but may stand still
+// while the machine is suspended, when the wall clock goes on (as the
+// other replicas' clocks do). A time without a monotonic reading (a fake
+// clock's, one read from a Lease) is measured on the wall clock alone.
+func within(since, now time.Time, d time.Duration) bool {
+	return now.Sub(since) < d && now.Round(0).Sub(since.Round(0)) < d
 }
 
 // alone reports whether no other process has written this replica's Lease
