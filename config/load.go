@@ -522,7 +522,7 @@ func buildReach(raw *clientcmdapi.Config, name, dir string, o LoadOptions) (cfg 
 
 	cfg, err = clientcmd.NewNonInteractiveClientConfig(*one, name, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
 	if err != nil {
-		return nil, nil, read, fmt.Errorf("%w: %s", ErrInvalidKubeconfig, withoutSecrets(err, cluster, user))
+		return nil, nil, read, fmt.Errorf("%w: %s", ErrInvalidKubeconfig, WithoutSecrets(err, cluster, user))
 	}
 	// A server that is no URL would fail later, in an error quoting it
 	// whole, password included.
@@ -534,7 +534,7 @@ func buildReach(raw *clientcmdapi.Config, name, dir string, o LoadOptions) (cfg 
 	// from the file that holds them. Auth providers are not checked: they
 	// are registered by the program that runs.
 	if _, err := rest.TLSConfigFor(&rest.Config{Host: cfg.Host, TLSClientConfig: cfg.TLSClientConfig}); err != nil {
-		return nil, nil, read, fmt.Errorf("%w: TLS settings: %s", ErrInvalidKubeconfig, withoutSecrets(err, cluster, user))
+		return nil, nil, read, fmt.Errorf("%w: TLS settings: %s", ErrInvalidKubeconfig, WithoutSecrets(err, cluster, user))
 	}
 	if err := CheckExecPlugin(cfg.ExecProvider); err != nil {
 		return nil, nil, read, fmt.Errorf("%w: user %s: %w", ErrInvalidKubeconfig, QuoteName(kctx.AuthInfo), err)

@@ -383,7 +383,7 @@ func TestLoadFileErrorsDoNotQuoteTheFile(t *testing.T) {
 		t.Errorf("decodeMessage changed a harmless message: %q", got)
 	}
 	user := &clientcmdapi.AuthInfo{Token: secret}
-	if msg := withoutSecrets(errors.New("bad token "+secret), &clientcmdapi.Cluster{}, user); strings.Contains(msg, secret) {
+	if msg := WithoutSecrets(errors.New("bad token "+secret), &clientcmdapi.Cluster{}, user); strings.Contains(msg, secret) {
 		t.Errorf("withoutSecrets kept the secret: %q", msg)
 	}
 

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -256,6 +257,18 @@ func RedactErrorWith(err error, credentials ...string) error {
 	return &clusterError{msg: clean, err: err}
 }
 
+// QuoteAddress renders a server or proxy address read from a file or an
+// object for a message: its credentials redacted (RedactURL), quoted,
+// since the input may hold any bytes, and cut to its first 256 bytes
+// (marked with "…"), since it may hold a megabyte of them.
+func QuoteAddress(s string) string {
+	s = RedactURL(s)
+	if len(s) <= maxQuotedRef {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(cutMessage(s, maxQuotedRef, false)) + "…"
+}
+
 // cutNoteRoom is what the note of a cut message may add to it.
 const cutNoteRoom = 64
 
@@ -361,11 +374,13 @@ func DecodeErrorMessage(err error, data []byte) string {
 	return Redact(msg)
 }
 
-// withoutSecrets returns err's message unless it contains one of user's
-// credentials, or those in cluster's server and proxy addresses, cut at
-// MaxErrorMessage. Messages about a parsed kubeconfig legitimately name
-// files and entries, so only the credentials themselves are looked for.
-func withoutSecrets(err error, cluster *clientcmdapi.Cluster, user *clientcmdapi.AuthInfo) string {
+// WithoutSecrets returns err's message, redacted and cut at
+// MaxErrorMessage, unless it contains one of user's credentials, or those
+// in cluster's server and proxy addresses: then a note that it was
+// withheld. Messages about a parsed kubeconfig (a file's, a Secret's)
+// legitimately name files and entries, so only the credentials themselves
+// are looked for.
+func WithoutSecrets(err error, cluster *clientcmdapi.Cluster, user *clientcmdapi.AuthInfo) string {
 	msg := err.Error()
 	if QuotesCredential(msg, user) || QuotesURLCredential(msg, cluster.Server, cluster.ProxyURL) {
 		return withheld

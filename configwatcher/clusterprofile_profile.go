@@ -245,7 +245,7 @@ func restConfig(p *AccessProvider, pa *profileAccess) (*rest.Config, error) {
 	}
 	u, err := url.Parse(server)
 	if err != nil || u.Host == "" || u.Scheme != "https" {
-		return fail("server %s is not an https URL: the plugin's credentials go over TLS alone", quoteURL(server))
+		return fail("server %s is not an https URL: the plugin's credentials go over TLS alone", config.QuoteAddress(server))
 	}
 	switch {
 	case c.CertificateAuthority != "":
@@ -273,7 +273,7 @@ func restConfig(p *AccessProvider, pa *profileAccess) (*rest.Config, error) {
 	if c.ProxyURL != "" {
 		pu, err := url.Parse(c.ProxyURL)
 		if err != nil || pu.Scheme == "" || pu.Host == "" {
-			return fail("proxy-url %s is not an absolute URL", quoteURL(c.ProxyURL))
+			return fail("proxy-url %s is not an absolute URL", config.QuoteAddress(c.ProxyURL))
 		}
 		cfg.Proxy = http.ProxyURL(pu)
 	}

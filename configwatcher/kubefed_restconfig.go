@@ -41,7 +41,7 @@ func kubeFedRESTConfig(spec kubefedv1beta1.KubeFedClusterSpec, token string, sec
 	if spec.ProxyURL != "" {
 		pu, err := url.Parse(spec.ProxyURL)
 		if err != nil || pu.Scheme == "" || pu.Host == "" {
-			return nil, fmt.Errorf("%w: spec.proxyURL %s is not an absolute URL", ErrKubeFedClusterInvalid, quoteURL(spec.ProxyURL))
+			return nil, fmt.Errorf("%w: spec.proxyURL %s is not an absolute URL", ErrKubeFedClusterInvalid, config.QuoteAddress(spec.ProxyURL))
 		}
 		proxy = http.ProxyURL(pu)
 		cfg.Proxy = proxy
@@ -84,7 +84,7 @@ func kubeFedEndpoint(endpoint string) (*url.URL, error) {
 	}
 	u, err := url.Parse(endpoint)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-		return nil, fmt.Errorf("%w: spec.apiEndpoint %s is not a host or an http(s) URL", ErrKubeFedClusterInvalid, quoteURL(endpoint))
+		return nil, fmt.Errorf("%w: spec.apiEndpoint %s is not a host or an http(s) URL", ErrKubeFedClusterInvalid, config.QuoteAddress(endpoint))
 	}
 	return u, nil
 }

@@ -298,7 +298,7 @@ func argoCDConfig(data map[string][]byte, allowPlugins bool, inCluster *rest.Con
 	}
 	u, err := url.Parse(server)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-		return fail("%q %s is not an http(s) URL", argoCDServerKey, quoteURL(server))
+		return fail("%q %s is not an http(s) URL", argoCDServerKey, config.QuoteAddress(server))
 	}
 	// Argo CD stores the server without trailing slashes and compares
 	// it so, with nothing else trimmed: a server with a space or line
@@ -324,7 +324,7 @@ func argoCDConfig(data map[string][]byte, allowPlugins bool, inCluster *rest.Con
 	if ac.ProxyURL != "" {
 		pu, err := url.Parse(ac.ProxyURL)
 		if err != nil || pu.Host == "" || !slices.Contains(argoCDProxySchemes, pu.Scheme) {
-			return fail("proxyUrl %s is not an absolute %s URL", quoteURL(ac.ProxyURL), strings.Join(argoCDProxySchemes, ", "))
+			return fail("proxyUrl %s is not an absolute %s URL", config.QuoteAddress(ac.ProxyURL), strings.Join(argoCDProxySchemes, ", "))
 		}
 		proxy = http.ProxyURL(pu)
 	}

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"strconv"
-	"unicode/utf8"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -90,7 +88,7 @@ func secretKubeconfig(data map[string][]byte, key string, allowPlugins bool) (*r
 	one.Contexts[name] = kctx
 	cfg, err := clientcmd.NewNonInteractiveClientConfig(*one, name, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
 	if err != nil {
-		return nil, invalid("%s", withoutCredentials(err, cluster, user))
+		return nil, invalid("%s", config.WithoutSecrets(err, cluster, user))
 	}
 	if err := checkRESTConfig(cfg); err != nil {
 		return nil, fmt.Errorf("%w: %w: key %q: %w", ErrSecretInvalid, config.ErrInvalidKubeconfig, key, err)
@@ -128,55 +126,10 @@ func secretFileReferences(kctx *clientcmdapi.Context, cluster *clientcmdapi.Clus
 // registered by the program that runs.
 func checkRESTConfig(cfg *rest.Config) error {
 	if _, _, err := rest.DefaultServerUrlFor(&rest.Config{Host: cfg.Host}); err != nil {
-		return fmt.Errorf("server %s is neither a URL nor a host:port pair", quoteURL(cfg.Host))
+		return fmt.Errorf("server %s is neither a URL nor a host:port pair", config.QuoteAddress(cfg.Host))
 	}
 	if _, err := rest.TLSConfigFor(&rest.Config{Host: cfg.Host, TLSClientConfig: cfg.TLSClientConfig}); err != nil {
 		return fmt.Errorf("TLS settings: %s", config.Redact(err.Error()))
 	}
 	return config.CheckExecPlugin(cfg.ExecProvider)
-}
-
-// maxQuotedURL bounds how much of an address read from an object a
-// message shows.
-const maxQuotedURL = 256
-
-// quoteURL renders an address read from an object for a message: its
-// credentials redacted (config.RedactURL), quoted, since the object may
-// hold any bytes, and cut to its first 256 bytes (marked with "…"), since
-// it may hold a megabyte of them.
-func quoteURL(s string) string {
-	s = config.RedactURL(s)
-	if len(s) <= maxQuotedURL {
-		return strconv.Quote(s)
-	}
-	return strconv.Quote(cutText(s, maxQuotedURL)) + "…"
-}
-
-// cutText cuts s to at most n bytes, on a character's start.
-func cutText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
-// withheldMessage replaces an error message that quoted a credential.
-const withheldMessage = "details withheld: the message quoted a credential"
-
-// withoutCredentials returns err's message, redacted and cut at
-// config.MaxErrorMessage (clientcmd quotes what it refuses whole), unless
-// it quotes one of user's credentials or those in cluster's server and
-// proxy addresses.
-func withoutCredentials(err error, cluster *clientcmdapi.Cluster, user *clientcmdapi.AuthInfo) string {
-	msg := err.Error()
-	if config.QuotesCredential(msg, user) || config.QuotesURLCredential(msg, cluster.Server, cluster.ProxyURL) {
-		return withheldMessage
-	}
-	if msg = config.Redact(msg); len(msg) > config.MaxErrorMessage {
-		return cutText(msg, config.MaxErrorMessage) + "…"
-	}
-	return msg
 }
