@@ -100,13 +100,13 @@ func secretKubeconfig(data map[string][]byte, key string, allowPlugins bool) (*r
 // Secret, before anything could open them.
 func secretFileReferences(kctx *clientcmdapi.Context, cluster *clientcmdapi.Cluster, user *clientcmdapi.AuthInfo) error {
 	refs := []struct{ what, field, path string }{
-		{"cluster " + kctx.Cluster, "certificate-authority", cluster.CertificateAuthority},
+		{"cluster " + config.QuoteName(kctx.Cluster), "certificate-authority", cluster.CertificateAuthority},
 	}
 	if user != nil {
 		refs = append(refs,
-			struct{ what, field, path string }{"user " + kctx.AuthInfo, "client-certificate", user.ClientCertificate},
-			struct{ what, field, path string }{"user " + kctx.AuthInfo, "client-key", user.ClientKey},
-			struct{ what, field, path string }{"user " + kctx.AuthInfo, "tokenFile", user.TokenFile},
+			struct{ what, field, path string }{"user " + config.QuoteName(kctx.AuthInfo), "client-certificate", user.ClientCertificate},
+			struct{ what, field, path string }{"user " + config.QuoteName(kctx.AuthInfo), "client-key", user.ClientKey},
+			struct{ what, field, path string }{"user " + config.QuoteName(kctx.AuthInfo), "tokenFile", user.TokenFile},
 		)
 	}
 	for _, r := range refs {

@@ -42,12 +42,22 @@ func TestSecretKubeconfigErrorsQuoteAddressesCut(t *testing.T) {
 		"server no host":    `server: "::` + big + `"`,
 		"proxy-url no URL":  `server: "https://h", proxy-url: "::` + big + `"`,
 		"password in a cut": `server: "h:1/` + big + `@h"`,
+		// A file named by a cluster or a user whose name is a megabyte.
+		"names of a cluster with a file": "clusters:\n- name: c" + big + "\n  cluster: {server: \"https://h\", certificate-authority: ca}\ncontexts:\n- name: a\n  context: {cluster: c" + big + "}\n",
+		"names of a user with a file": "clusters:\n- name: c\n  cluster: {server: \"https://h\"}\nusers:\n- name: u" + big + "\n  user: {tokenFile: t}\ncontexts:\n- name: a\n  context: {cluster: c, user: u" + big + "}\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			kc := "clusters:\n- name: c\n  cluster: {" + cluster + "}\ncontexts:\n- name: a\n  context: {cluster: c}\n"
+			if strings.HasPrefix(name, "names of ") {
+				kc = cluster
+			}
 			_, err := secretKubeconfig(map[string][]byte{"value": []byte(kc)}, "value", false)
-			if !errors.Is(err, ErrSecretInvalid) || !strings.Contains(err.Error(), `key "value"`) {
-				t.Fatalf("secretKubeconfig = %.300v, want an invalid Secret naming the key", err)
+			want := ErrSecretInvalid
+			if strings.HasPrefix(name, "names of ") {
+				want = config.ErrFileReferenceRefused
+			}
+			if !errors.Is(err, want) || !strings.Contains(err.Error(), `key "value"`) {
+				t.Fatalf("secretKubeconfig = %.300v, want %v naming the key", err, want)
 			}
 			if n := len(err.Error()); n > 2*config.MaxErrorMessage {
 				t.Fatalf("an error of %d bytes: %.300s…", n, err)
