@@ -186,7 +186,7 @@ func CheckDirectoryEntry(path string, opts ...LoadOption) error {
 		return &FileError{Path: path, Err: err}
 	}
 	dir := filepath.Dir(abs)
-	allowed, err := allowedRoots(dir, o.FileReferenceRoots)
+	allowed, _, err := allowedRoots(dir, o.FileReferenceRoots)
 	if err != nil {
 		return &FileError{Path: path, Err: err}
 	}
@@ -220,7 +220,7 @@ func LoadDirectoryEntry(path string, opts ...LoadOption) ([]*NamedConfig, error)
 		return nil, &FileError{Path: path, Err: err}
 	}
 	dir := filepath.Dir(abs)
-	allowed, err := allowedRoots(dir, o.FileReferenceRoots)
+	allowed, _, err := allowedRoots(dir, o.FileReferenceRoots)
 	if err != nil {
 		return nil, &FileError{Path: path, Err: err}
 	}

@@ -79,30 +79,29 @@ func checkFileReferences(dir string, cluster *clientcmdapi.Cluster, user *client
 		return named, nil, checkRegular(refs)
 	}
 
-	allowed, err := allowedRoots(dir, o.FileReferenceRoots)
+	allowed, written, err := allowedRoots(dir, o.FileReferenceRoots)
 	if err != nil {
 		return nil, nil, err
 	}
-	// allowed[0] is the kubeconfig's own directory, resolved: whoever
-	// writes the kubeconfig writes it too, and may swap a checked file for
-	// a link to anywhere. Only the caller's roots are trusted to keep what
-	// was checked, so only their files are left to client-go.
-	own := allowed[:1]
-	// A file is left to client-go only if the path it reads again lies in a
-	// caller root as written, not only once resolved: a path through any
-	// other directory (the kubeconfig's own, /tmp) passes links that their
-	// writer may point elsewhere after the check.
-	given := givenRoots(o.FileReferenceRoots, allowed[1:])
-	ownAsWritten := givenRoots([]string{dir}, own)
+	// allowed[0] is the kubeconfig's own directory, resolved (written[0]
+	// as given): whoever writes the kubeconfig writes it too, and may swap
+	// a checked file for a link to anywhere. Only the caller's roots are
+	// trusted to keep what was checked, so only their files are left to
+	// client-go, and only by a path that lies in one as written, not only
+	// once resolved: a path through any other directory (the kubeconfig's
+	// own, /tmp) passes links that their writer may point elsewhere after
+	// the check.
+	own, ownWritten := allowed[:1], written[:1]
+	roots := append(slices.Clone(allowed[1:]), written[1:]...)
 	// failed is the read list that goes with an error about path p.
 	failed := func(p string) []string {
-		if !within(filepath.Clean(p), []string{filepath.Clean(dir)}) {
+		if !within(filepath.Clean(p), ownWritten) {
 			return read
 		}
 		return append(read, p)
 	}
 	for _, r := range refs {
-		p := *r.path
+		p := *r.path // absolute: clientcmd resolved it against the file
 		if p == "" {
 			continue
 		}
@@ -115,11 +114,8 @@ func checkFileReferences(dir string, cluster *clientcmdapi.Cluster, user *client
 		if !within(resolved, allowed) {
 			return nil, read, fmt.Errorf("%w: %s %s leads out of %s", ErrFileReferenceRefused, r.field, quoteRef(p), quoteIfOdd(dir))
 		}
-		asWritten := p
-		if abs, err := filepath.Abs(p); err == nil {
-			asWritten = abs
-		}
-		trusted := !within(resolved, own) && within(asWritten, given) && !within(asWritten, ownAsWritten)
+		w := filepath.Clean(p)
+		trusted := !within(resolved, own) && !within(w, ownWritten) && !within(w, own) && within(w, roots)
 		if r.set && !trusted {
 			return nil, read, fmt.Errorf("%w: both %s and %s are set", ErrInvalidKubeconfig, r.field, r.other)
 		}
@@ -165,35 +161,25 @@ func checkRegular(refs []fileRef) error {
 	return nil
 }
 
-// allowedRoots resolves the kubeconfig's directory and the caller's roots.
-func allowedRoots(dir string, roots []string) ([]string, error) {
-	var out []string
+// allowedRoots resolves the kubeconfig's directory and the caller's roots
+// (resolved), and gives them absolute as written (written), index for
+// index; a root that does not exist allows nothing and is left out.
+func allowedRoots(dir string, roots []string) (resolved, written []string, err error) {
 	for i, d := range append([]string{dir}, roots...) {
 		abs, err := filepath.Abs(d)
+		r := ""
 		if err == nil {
-			abs, err = filepath.EvalSymlinks(abs)
+			r, err = filepath.EvalSymlinks(abs)
 		}
 		if err != nil {
 			if i == 0 {
-				return nil, fmt.Errorf("%w: resolving the kubeconfig's directory: %v", ErrInvalidKubeconfig, bareFSError(err)) //nolint:errorlint // as above
+				return nil, nil, fmt.Errorf("%w: resolving the kubeconfig's directory: %v", ErrInvalidKubeconfig, bareFSError(err)) //nolint:errorlint // as above
 			}
-			continue // a root that does not exist allows nothing
+			continue
 		}
-		out = append(out, abs)
+		resolved, written = append(resolved, r), append(written, abs)
 	}
-	return out, nil
-}
-
-// givenRoots is the directories of roots as given (absolute, cleaned,
-// links not followed), with their resolved forms (resolved).
-func givenRoots(roots, resolved []string) []string {
-	out := slices.Clone(resolved)
-	for _, r := range roots {
-		if abs, err := filepath.Abs(r); err == nil {
-			out = append(out, abs)
-		}
-	}
-	return out
+	return resolved, written, nil
 }
 
 // within says whether the resolved path p lies under one of roots.
