@@ -33,10 +33,11 @@ var (
 )
 
 // Check refuses data that could decode to more than maxNodes nodes, its
-// aliases expanded, or to more than maxText bytes of JSON text in its
-// scalars (keys included), its aliases expanded, or that is not UTF-8 (a BOM of UTF-16 or UTF-32, a NUL
-// byte: YAML decoders read UTF-16 too, and its bytes would not be counted
-// as below). The error names the bound, never the content.
+// aliases expanded; a document with aliases that would decode to more
+// than maxText bytes of JSON text in its scalars (keys included), its
+// aliases expanded; and data that is not UTF-8 (a BOM of UTF-16 or UTF-32,
+// a NUL byte: YAML decoders read UTF-16 too, and its bytes would not be
+// counted as below). The error names the bound, never the content.
 //
 // Every node but a document's first is introduced by a line break, one of
 // the bytes ',', '[', '{', ':' or '?', or a '-' followed by a blank (a
@@ -75,7 +76,7 @@ func Check(data []byte, maxNodes, maxText int) error {
 			if i+1 == len(data) || blank(data[i+1:]) {
 				indicators++
 			}
-		case b == '<' || b == '>' || b == '&' || b == '\\' || b == '"' || b == '\t':
+		case jsonExtra(b) > 0:
 			escaped++
 		case b >= 0x80 && unicodeBreak(data[i:]) > 0:
 			indicators++
@@ -176,21 +177,30 @@ func expandedSize(n *yaml.Node, nodeLimit, textLimit int) shape {
 	return size(n)
 }
 
-// jsonLength is how many bytes JSON takes to write s as a string: six for
-// what encoding/json escapes as \u00XX ('<', '>', '&', control
-// characters) and for the line and paragraph separators, two for '"' and
-// '\\', one for any other byte.
+// jsonLength is how many bytes JSON takes to write s as a string: each
+// byte and what jsonExtra adds to it, and six for each line or paragraph
+// separator (three bytes, written as \u2028 or \u2029).
 func jsonLength(s string) int {
 	n := len(s)
 	for i := 0; i < len(s); i++ {
-		switch b := s[i]; {
-		case b == '<' || b == '>' || b == '&' || b < 0x20:
-			n += 5
-		case b == '"' || b == '\\':
-			n++
-		case b == 0xe2 && i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xa8 || s[i+2] == 0xa9):
-			n += 3 // three bytes, written as six
+		n += jsonExtra(s[i])
+		if s[i] == 0xe2 && unicodeBreak([]byte(s[i:min(i+3, len(s))])) == 3 {
+			n += 3
 		}
 	}
 	return n
+}
+
+// jsonExtra is how many bytes beyond itself encoding/json writes for byte
+// b of a string: five for what it escapes as \u00XX ('<', '>', '&' and
+// control characters but those below), one for '"', '\\', '\b', '\f',
+// '\n', '\r' and '\t', none for any other.
+func jsonExtra(b byte) int {
+	switch {
+	case b == '"' || b == '\\' || b == '\b' || b == '\f' || b == '\n' || b == '\r' || b == '\t':
+		return 1
+	case b == '<' || b == '>' || b == '&' || b < 0x20:
+		return 5
+	}
+	return 0
 }

@@ -1,9 +1,11 @@
 package yamlshape
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	yaml "go.yaml.in/yaml/v3"
 )
@@ -135,13 +137,32 @@ func FuzzCheck(f *testing.F) {
 		if yaml.Unmarshal([]byte(doc), &n) != nil {
 			return
 		}
-		if got := expandedSize(&n, 1<<20, 1<<20); got.nodes > limit {
+		got := expandedSize(&n, 1<<20, 1<<20)
+		if got.nodes > limit {
 			t.Fatalf("accepted a document of %d nodes, bound %d: %q", got.nodes, limit, doc)
 		}
-		if strings.Contains(doc, "&") && strings.Contains(doc, "*") {
-			if got := expandedSize(&n, 1<<20, 1<<20); got.text > textLimit {
-				t.Fatalf("accepted a document of %d bytes of text, its aliases expanded, bound %d: %q", got.text, textLimit, doc)
-			}
+		if strings.Contains(doc, "&") && strings.Contains(doc, "*") && got.text > textLimit {
+			t.Fatalf("accepted a document of %d bytes of text, its aliases expanded, bound %d: %q", got.text, textLimit, doc)
+		}
+	})
+}
+
+// FuzzJSONLength: the text bound counts a string as long as encoding/json
+// writes it.
+func FuzzJSONLength(f *testing.F) {
+	for _, s := range []string{"", "a", "<&>", "\"\\", "\b\f\n\r\t\x01\x1f", "\u2028\u2029", "é☃", "\xe2\x80"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			return // encoding/json writes each invalid byte as \ufffd
+		}
+		b, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := jsonLength(s), len(b)-2; got != want {
+			t.Fatalf("jsonLength(%q) = %d, encoding/json writes %d", s, got, want)
 		}
 	})
 }
