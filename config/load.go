@@ -424,9 +424,9 @@ type reachResult struct {
 	err        error
 }
 
-// buildContext builds one context's config. read is what
-// checkFileReferences says the context's content was taken from, also when
-// err is set. built holds what was built for the contexts before it: a
+// buildContext builds one context's config. When err is set, read is what
+// checkFileReferences says the context's content was taken from (the
+// config's FilesRead otherwise). built holds what was built for the contexts before it: a
 // cluster and user are checked, read and built once however many contexts
 // name them (a kubeconfig of thousands of contexts naming one cluster with
 // megabytes of certificates would otherwise hold a copy of them each, and
@@ -445,7 +445,7 @@ func buildContext(raw *clientcmdapi.Config, name, dir string, o LoadOptions, bui
 	r, ok := built[key]
 	if !ok {
 		r = &reachResult{}
-		r.cfg, r.refs, r.read, r.err = buildReach(raw, name, dir, o)
+		r.cfg, r.refs, r.read, r.err = buildReach(raw, name, kctx, dir, o)
 		built[key] = r
 	}
 	if r.err != nil {
@@ -454,7 +454,7 @@ func buildContext(raw *clientcmdapi.Config, name, dir string, o LoadOptions, bui
 	nc = NewNamedConfig(name, ownConfig(r.cfg))
 	nc.refs = slices.Clone(r.refs)
 	nc.read = slices.Clone(r.read)
-	return nc, slices.Clone(r.read), nil
+	return nc, nil, nil
 }
 
 // ownConfig copies a config built for several contexts for one of them:
@@ -476,11 +476,10 @@ func ownConfig(cfg *rest.Config) *rest.Config {
 	return c
 }
 
-// buildReach builds the config of the cluster and user the context name
-// names (see buildContext); refs are the files they named, read those
+// buildReach builds the config of the cluster and user that context name
+// (kctx) names (see buildContext); refs are the files they named, read those
 // whose content the config holds.
-func buildReach(raw *clientcmdapi.Config, name, dir string, o LoadOptions) (cfg *rest.Config, refs, read []string, err error) {
-	kctx := raw.Contexts[name]
+func buildReach(raw *clientcmdapi.Config, name string, kctx *clientcmdapi.Context, dir string, o LoadOptions) (cfg *rest.Config, refs, read []string, err error) {
 	cluster := raw.Clusters[kctx.Cluster]
 	if cluster == nil {
 		return nil, nil, read, fmt.Errorf("%w: cluster %s not found", ErrInvalidKubeconfig, QuoteName(kctx.Cluster))
