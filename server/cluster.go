@@ -537,7 +537,7 @@ func (c *cluster) route(g *generation, cl crclient.Client, ready bool) {
 func (c *cluster) ready(g *generation, mgr manager.Manager, took time.Duration) {
 	c.mu.Lock()
 	defer c.publishUnlock()
-	if g != c.gen || g.stopping() {
+	if !c.liveLocked(g) {
 		return
 	}
 	c.status.LastError, c.status.NextRetry = nil, time.Time{}
@@ -554,7 +554,7 @@ func (c *cluster) ready(g *generation, mgr manager.Manager, took time.Duration) 
 func (c *cluster) unreachable(g *generation, err error) {
 	c.mu.Lock()
 	defer c.publishUnlock()
-	if g != c.gen || g.stopping() {
+	if !c.liveLocked(g) {
 		return
 	}
 	// The route first: a subscriber told Unreachable reads it so.
@@ -567,7 +567,7 @@ func (c *cluster) unreachable(g *generation, err error) {
 func (c *cluster) recovered(g *generation) {
 	c.mu.Lock()
 	defer c.publishUnlock()
-	if g != c.gen || g.stopping() || c.status.Phase != PhaseUnreachable {
+	if !c.liveLocked(g) || c.status.Phase != PhaseUnreachable {
 		return
 	}
 	// The route first, as for Unreachable.
@@ -578,7 +578,7 @@ func (c *cluster) recovered(g *generation) {
 func (c *cluster) failed(g *generation, err error, retryIn time.Duration) {
 	c.mu.Lock()
 	defer c.publishUnlock()
-	if g != c.gen || g.stopping() {
+	if !c.liveLocked(g) {
 		return
 	}
 	c.status.NextRetry = time.Now().Add(retryIn)
@@ -592,18 +592,24 @@ func (c *cluster) failed(g *generation, err error, retryIn time.Duration) {
 func (c *cluster) restarted(g *generation) {
 	c.mu.Lock()
 	defer c.publishUnlock()
-	if g != c.gen || g.stopping() {
+	if !c.liveLocked(g) {
 		return // an Update may have counted afresh meanwhile
 	}
 	c.status.Restarts++
 	c.series.restart()
 }
 
+// liveLocked reports whether g is the record's generation (nil: none)
+// and is not stopping: only then is what it reports news.
+func (c *cluster) liveLocked(g *generation) bool {
+	return g == c.gen && (g == nil || !g.stopping())
+}
+
 // recordError keeps err as the last error without changing the phase.
 func (c *cluster) recordError(g *generation, err error) {
 	c.mu.Lock()
 	defer c.publishUnlock()
-	if g == c.gen && (g == nil || !g.stopping()) {
+	if c.liveLocked(g) {
 		c.status.LastError, c.errorAt = c.redactLocked(g, err), time.Now()
 	}
 }

@@ -101,7 +101,7 @@ func (o reachObserver) WatchFailed(err error) { o.g.c.recordError(o.g, err) }
 func (c *cluster) probed(g *generation, r reach.Result) {
 	c.mu.Lock()
 	defer c.publishUnlock()
-	if g != c.gen || g != nil && g.stopping() || c.dead {
+	if !c.liveLocked(g) || c.dead {
 		return
 	}
 	c.status.Reachable = r.Err == nil
