@@ -653,3 +653,42 @@ func TestWriteAnsweredWithAServerErrorIsOutcomeUnknown(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteOverATransportNotOfNetHTTPIsNotKnownSent attacks the limit the
+// package documentation states: whether a write was sent is learned from
+// net/http, so a write that a transport not built on net/http took (and,
+// for all mccr can tell, sent) is reported as not sent when its cluster
+// leaves: ErrClusterNotFound, not ErrOutcomeUnknown. Reads go through
+// net/http here; the write is taken by the transport itself.
+func TestWriteOverATransportNotOfNetHTTPIsNotKnownSent(t *testing.T) {
+	leakCheck(t)
+	f := newOutcomeFixture(t, 10*time.Second)
+	plain, err := rest.TransportFor(f.api.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { utilnet.CloseIdleConnectionsFor(plain) })
+	taken := make(chan struct{}, 1)
+	cfg := &rest.Config{Host: f.api.Config().Host, Transport: roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Method == http.MethodGet {
+			return plain.RoundTrip(req)
+		}
+		taken <- struct{}{} // a transport of its own has the write now
+		<-req.Context().Done()
+		return nil, req.Context().Err()
+	})}
+	member, _ := apiClient(t, cfg)
+	f.table.Set("m", member, true)
+	done := make(chan error, 1)
+	go func() { done <- f.c.Create(in("m"), cmIn("taken")) }()
+	select {
+	case <-taken:
+	case err := <-done:
+		t.Fatalf("the write did not reach the transport: %v", err)
+	}
+	f.table.Remove("m")
+	err = waitResult(t, done, 5*time.Second, "the write's return once its cluster left")
+	if !errors.Is(err, mcclient.ErrClusterNotFound) || errors.Is(err, mcclient.ErrOutcomeUnknown) {
+		t.Errorf("write taken by a transport not of net/http, its cluster gone = %v; want ErrClusterNotFound, as documented", err)
+	}
+}
