@@ -44,7 +44,7 @@ func TestSecretKubeconfigErrorsQuoteAddressesCut(t *testing.T) {
 		"password in a cut": `server: "h:1/` + big + `@h"`,
 		// A file named by a cluster or a user whose name is a megabyte.
 		"names of a cluster with a file": "clusters:\n- name: c" + big + "\n  cluster: {server: \"https://h\", certificate-authority: ca}\ncontexts:\n- name: a\n  context: {cluster: c" + big + "}\n",
-		"names of a user with a file": "clusters:\n- name: c\n  cluster: {server: \"https://h\"}\nusers:\n- name: u" + big + "\n  user: {tokenFile: t}\ncontexts:\n- name: a\n  context: {cluster: c, user: u" + big + "}\n",
+		"names of a user with a file":    "clusters:\n- name: c\n  cluster: {server: \"https://h\"}\nusers:\n- name: u" + big + "\n  user: {tokenFile: t}\ncontexts:\n- name: a\n  context: {cluster: c, user: u" + big + "}\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			kc := "clusters:\n- name: c\n  cluster: {" + cluster + "}\ncontexts:\n- name: a\n  context: {cluster: c}\n"
